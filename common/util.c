@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: MIT */
+#include "common/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/banned.h"
+
+void ntfs_sha256(const void *buf, size_t len, uint8_t out[NTFS_HASH_LEN]) {
+        unsigned int n = NTFS_HASH_LEN;
+        /* EVP_Digest with SHA-256 cannot fail for in-memory input short of
+         * allocation failure inside OpenSSL; treat that as fatal. */
+        if (EVP_Digest(buf, len, out, &n, EVP_sha256(), NULL) != 1)
+                abort();
+}
+
+void ntfs_hex(const uint8_t *in, size_t len, char *out) {
+        static const char digits[] = "0123456789abcdef";
+        for (size_t i = 0; i < len; i++) {
+                out[2 * i] = digits[in[i] >> 4];
+                out[2 * i + 1] = digits[in[i] & 15];
+        }
+        out[2 * len] = 0;
+}
+
+static int hexval(char c) {
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -1;
+}
+
+int ntfs_unhex(const char *in, uint8_t *out, size_t len) {
+        for (size_t i = 0; i < len; i++) {
+                int hi = hexval(in[2 * i]);
+                if (hi < 0)
+                        return -EINVAL;
+                int lo = hexval(in[2 * i + 1]);
+                if (lo < 0)
+                        return -EINVAL;
+                out[i] = (uint8_t)(hi << 4 | lo);
+        }
+        return in[2 * len] == 0 ? 0 : -EINVAL;
+}
+
+bool ntfs_name_valid(const char *s) {
+        if (!s)
+                return false;
+        size_t n = strnlen(s, NTFS_NAME_MAX + 1);
+        if (n == 0 || n > NTFS_NAME_MAX)
+                return false;
+        if (strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+                return false;
+        if (s[0] == ' ' || s[n - 1] == ' ' || s[0] == '-')
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                unsigned char c = (unsigned char)s[i];
+                if (c < 0x20 || c == 0x7f || c == '/' || c == '@' || c == ':')
+                        return false;
+        }
+        return true;
+}
+
+int64_t ntfs_now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int64_t ntfs_mono_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int ntfs_write_file_durable(const char *path, const void *buf, size_t len, int mode) {
+        char tmp[PATH_MAX];
+        int n = snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+        if (n < 0 || (size_t)n >= sizeof tmp)
+                return -ENAMETOOLONG;
+        _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+        if (fd < 0)
+                return -errno;
+        const char *p = buf;
+        size_t left = len;
+        while (left > 0) {
+                ssize_t w = write(fd, p, left);
+                if (w < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        int r = -errno;
+                        unlink(tmp);
+                        return r;
+                }
+                p += w;
+                left -= (size_t)w;
+        }
+        if (fsync(fd) < 0) {
+                int r = -errno;
+                unlink(tmp);
+                return r;
+        }
+        if (rename(tmp, path) < 0) {
+                int r = -errno;
+                unlink(tmp);
+                return r;
+        }
+        /* fsync the directory so the rename itself is durable. */
+        char dir[PATH_MAX];
+        n = snprintf(dir, sizeof dir, "%s", path);
+        if (n < 0 || (size_t)n >= sizeof dir)
+                return -ENAMETOOLONG;
+        char *slash = strrchr(dir, '/');
+        if (slash == dir)
+                slash[1] = 0;
+        else if (slash)
+                *slash = 0;
+        else {
+                dir[0] = '.';
+                dir[1] = 0;
+        }
+        _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+                return -errno;
+        if (fsync(dfd) < 0)
+                return -errno;
+        return 0;
+}
+
+int ntfs_read_file(const char *path, size_t max, char **ret, size_t *ret_len) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        /* Read up to max+1 bytes so a file of exactly max bytes is accepted
+         * and a bigger one is detected. */
+        size_t cap = NTFS_MIN((size_t)4096, max + 1), len = 0;
+        _cleanup_free_ char *buf = malloc(cap + 1);
+        if (!buf)
+                return -ENOMEM;
+        for (;;) {
+                if (len == cap) {
+                        if (cap > max)
+                                return -EFBIG;
+                        size_t ncap = NTFS_MIN(cap * 2, max + 1);
+                        char *nb = realloc(buf, ncap + 1);
+                        if (!nb)
+                                return -ENOMEM;
+                        buf = nb;
+                        cap = ncap;
+                }
+                ssize_t r = read(fd, buf + len, cap - len);
+                if (r < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (r == 0)
+                        break;
+                len += (size_t)r;
+        }
+        if (len > max)
+                return -EFBIG;
+        buf[len] = 0;
+        if (ret_len)
+                *ret_len = len;
+        *ret = TAKE_PTR(buf);
+        return 0;
+}
+
+int ntfs_parse_u64(const char *s, uint64_t max, uint64_t *ret) {
+        if (!s || !*s || *s == '-' || *s == '+' || *s == ' ')
+                return -EINVAL;
+        errno = 0;
+        char *end;
+        unsigned long long v = strtoull(s, &end, 10);
+        if (errno == ERANGE)
+                return -ERANGE;
+        if (*end)
+                return -EINVAL;
+        if (v > max)
+                return -ERANGE;
+        *ret = v;
+        return 0;
+}

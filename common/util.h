@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT
+ * util.h — small helpers shared by every module.
+ */
+#ifndef NTFS_COMMON_UTIL_H
+#define NTFS_COMMON_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define NTFS_HASH_LEN 32
+#define NTFS_HEX_LEN 64
+#define NTFS_NAME_MAX 255
+
+/* SHA-256 of buf (OpenSSL libcrypto, hardware accelerated where available). */
+void ntfs_sha256(const void *buf, size_t len, uint8_t out[NTFS_HASH_LEN]);
+/* out must hold 2*len+1 bytes. */
+void ntfs_hex(const uint8_t *in, size_t len, char *out);
+/* Parses exactly 2*len hex digits; -EINVAL otherwise. */
+int ntfs_unhex(const char *in, uint8_t *out, size_t len);
+
+/* A valid name for a session, tag, trunk or remote: 1..255 bytes, no '/',
+ * not "." or "..", no control characters or spaces at either end, no NUL. */
+bool ntfs_name_valid(const char *s);
+
+/* Nanoseconds since the epoch (CLOCK_REALTIME) and monotonic. */
+int64_t ntfs_now_ns(void);
+int64_t ntfs_mono_ns(void);
+
+/* Durable write: temp file in the same directory, write, fsync, rename over
+ * path, fsync the directory. Returns 0 or -errno. */
+int ntfs_write_file_durable(const char *path, const void *buf, size_t len, int mode);
+/* Reads a whole file up to max bytes (a bigger file is -EFBIG). *ret is
+ * NUL-terminated and owned by the caller. */
+int ntfs_read_file(const char *path, size_t max, char **ret, size_t *ret_len);
+
+/* Big-endian encoders used by on-disk keys. */
+static inline void ntfs_put_be64(uint8_t *p, uint64_t v) {
+        for (int i = 7; i >= 0; i--) {
+                p[i] = (uint8_t)v;
+                v >>= 8;
+        }
+}
+static inline uint64_t ntfs_get_be64(const uint8_t *p) {
+        uint64_t v = 0;
+        for (int i = 0; i < 8; i++)
+                v = (v << 8) | p[i];
+        return v;
+}
+static inline void ntfs_put_be32(uint8_t *p, uint32_t v) {
+        p[0] = (uint8_t)(v >> 24);
+        p[1] = (uint8_t)(v >> 16);
+        p[2] = (uint8_t)(v >> 8);
+        p[3] = (uint8_t)v;
+}
+static inline uint32_t ntfs_get_be32(const uint8_t *p) {
+        return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+/* Parses a decimal unsigned integer with bounds; -EINVAL / -ERANGE. */
+int ntfs_parse_u64(const char *s, uint64_t max, uint64_t *ret);
+
+#endif

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Configures and builds the normal tree (build/) and, with --asan, the
+# ASan+UBSan tree (build-asan/). Reconfigures when meson files changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+setup() {
+  local dir=$1; shift
+  if [ ! -f "$dir/build.ninja" ]; then
+    meson setup "$dir" "$@" >/dev/null
+  fi
+  ninja -C "$dir" >/dev/null
+}
+
+setup build
+if [ "${1:-}" = "--asan" ]; then
+  setup build-asan -Db_sanitize=address,undefined -Db_lundef=false
+fi

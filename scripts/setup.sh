@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs every Debian package ntfs needs to build, test and benchmark.
+# Idempotent: does nothing when everything is present. Needs root (or sudo).
+set -euo pipefail
+
+PKGS=(
+  # build
+  build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
+  # libraries (docs/dependencies.md says why each)
+  libfuse3-dev fuse3 liblmdb-dev lmdb-utils libsqlite3-dev sqlite3
+  libarchive-dev libcurl4-openssl-dev libseccomp-dev libssl-dev
+  libjansson-dev libhttp-parser-dev
+  # tests: real programs on the mount, and the test runner
+  python3 python3-pytest python3-venv git rsync tar gzip zstd xz-utils curl
+  attr acl make iproute2 procps psmisc util-linux
+  # benchmarks' baselines
+  fio fuse-overlayfs bubblewrap
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# FUSE needs its device; load the module where it is not built in.
+if [ ! -e /dev/fuse ]; then
+  modprobe fuse 2>/dev/null || true
+fi

@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/err.h"
+#include "common/util.h"
+#include "tests/unit/tap.h"
+#include "common/banned.h"
+
+TEST(names) {
+        ASSERT(ntfs_name_valid("main"));
+        ASSERT(ntfs_name_valid("feature.x-1_2"));
+        ASSERT(!ntfs_name_valid(""));
+        ASSERT(!ntfs_name_valid("."));
+        ASSERT(!ntfs_name_valid(".."));
+        ASSERT(!ntfs_name_valid("a/b"));
+        ASSERT(!ntfs_name_valid("a\nb"));
+        ASSERT(!ntfs_name_valid("a\x7f"));
+        ASSERT(!ntfs_name_valid("-rf"));
+        char big[300];
+        memset(big, 'a', sizeof big - 1);
+        big[sizeof big - 1] = 0;
+        ASSERT(!ntfs_name_valid(big));
+        big[255] = 0;
+        ASSERT(ntfs_name_valid(big));
+}
+
+TEST(hex_roundtrip) {
+        uint8_t h[32], back[32];
+        char hex[65];
+        ntfs_sha256("abc", 3, h);
+        ntfs_hex(h, 32, hex);
+        ASSERT_STREQ(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        ASSERT_OK(ntfs_unhex(hex, back, 32));
+        ASSERT(memcmp(h, back, 32) == 0);
+        hex[3] = 'z';
+        ASSERT_ERR(ntfs_unhex(hex, back, 32), -EINVAL);
+}
+
+TEST(durable_write) {
+        char dir[] = "/tmp/ntfs-test-XXXXXX";
+        ASSERT(mkdtemp(dir));
+        char path[256];
+        snprintf(path, sizeof path, "%s/f", dir);
+        ASSERT_OK(ntfs_write_file_durable(path, "hello", 5, 0600));
+        _cleanup_free_ char *s = NULL;
+        size_t n;
+        ASSERT_OK(ntfs_read_file(path, 100, &s, &n));
+        ASSERT_EQ(n, 5);
+        ASSERT_STREQ(s, "hello");
+        free(s);
+        s = NULL;
+        ASSERT_ERR(ntfs_read_file(path, 2, &s, &n), -EFBIG);
+        unlink(path);
+        rmdir(dir);
+}
+
+TEST(parse_u64) {
+        uint64_t v;
+        ASSERT_OK(ntfs_parse_u64("42", 100, &v));
+        ASSERT_EQ(v, 42);
+        ASSERT_ERR(ntfs_parse_u64("101", 100, &v), -ERANGE);
+        ASSERT_ERR(ntfs_parse_u64("-1", 100, &v), -EINVAL);
+        ASSERT_ERR(ntfs_parse_u64("4x", 100, &v), -EINVAL);
+        ASSERT_ERR(ntfs_parse_u64("", 100, &v), -EINVAL);
+}
+
+TEST(errcodes) {
+        ASSERT_STREQ(ntfs_errcode(-NTFS_ENOSESSION), "session_not_found");
+        ASSERT_EQ(ntfs_http_status(-NTFS_ENOSESSION), 404);
+        ASSERT_STREQ(ntfs_errcode(-ENOSPC), "no_space");
+        ASSERT_STREQ(ntfs_errcode(-12345), "internal");
+}
+
+int main(void) {
+        RUN(names);
+        RUN(hex_roundtrip);
+        RUN(durable_write);
+        RUN(parse_u64);
+        RUN(errcodes);
+        return tap_done();
+}
