@@ -24,7 +24,7 @@ static void read_env_locked(void) {
         atomic_store(&armed, 0);
         if (!e || !*e)
                 return;
-        char buf[192];
+        char buf[128];
         snprintf(buf, sizeof buf, "%s", e);
         char *c1 = strchr(buf, ':');
         if (!c1)
