@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: MIT
+ * store-internal.h — private to fs/: the LMDB layout and object codecs.
+ * docs/store.md describes the same layout for readers.
+ */
+#ifndef NTFS_FS_STORE_INTERNAL_H
+#define NTFS_FS_STORE_INTERNAL_H
+
+#include <lmdb.h>
+#include <pthread.h>
+
+#include "fs/store.h"
+
+#define NTFS_FORMAT_VERSION 1
+
+/* Object types: first byte of every value in the obj database. */
+enum {
+        OBJ_BLOB = 'B',   /* raw bytes: a file chunk or a symlink target */
+        OBJ_FILE = 'F',   /* u64 size, u32 n, n x hash (zero hash = hole) */
+        OBJ_TREE = 'T',   /* sorted entries, see struct tree_entry */
+        OBJ_COMMIT = 'C', /* see encode_commit */
+        OBJ_LINKS = 'L',  /* link table: hard-link groups, sorted by id */
+        OBJ_XATTR = 'X',  /* sorted (name, value) pairs */
+};
+
+/* A directory entry as stored in a tree, or a hard-link group's attributes
+ * in a link table (then name is empty and linkid is the group id). */
+struct tree_entry {
+        uint64_t h;        /* 63-bit name hash: the sort key (then name) */
+        const char *name;  /* not NUL-terminated in encoded form */
+        uint16_t namelen;
+        uint64_t linkid;   /* != 0: attributes and content live in the link table */
+        uint32_t mode, uid, gid, nlink;
+        uint64_t rdev, size;
+        int64_t mtime;     /* ns */
+        ntfs_hash content; /* tree, file object, symlink blob; zero for others */
+        ntfs_hash xattr;   /* zero: none */
+};
+
+/* Decoded view into an encoded tree (borrowed from LMDB memory: valid until
+ * the store's transaction ends — i.e. while the store lock is held). */
+struct tree_view {
+        const uint8_t *data;
+        size_t len;
+        uint32_t count;
+        const uint8_t *offs; /* count x u32 BE offsets */
+};
+
+int tree_view_init(struct tree_view *v, const void *data, size_t len);
+int tree_view_get(const struct tree_view *v, uint32_t i, struct tree_entry *ret);
+/* Index of the first entry >= (h, name); count if none. */
+uint32_t tree_view_seek(const struct tree_view *v, uint64_t h, const char *name, size_t namelen);
+
+/* Builder for trees and link tables: entries must be added in order. */
+struct tree_builder {
+        uint8_t *buf;
+        size_t len, cap;
+        uint32_t *offs;
+        uint32_t count, ocap;
+};
+int tree_builder_add(struct tree_builder *b, const struct tree_entry *e);
+/* Produces the encoded object (type byte included) in *ret/len; resets b. */
+int tree_builder_finish(struct tree_builder *b, uint8_t type, uint8_t **ret, size_t *ret_len);
+void tree_builder_release(struct tree_builder *b);
+
+uint64_t name_hash(const char *name, size_t len);
+int entry_cmp(uint64_t h1, const char *n1, size_t l1, uint64_t h2, const char *n2, size_t l2);
+
+struct commit_obj {
+        struct tree_entry root; /* the root directory's attributes + tree */
+        ntfs_hash links;        /* link table (zero: none) */
+        ntfs_hash parents[2];
+        int nparents;
+        int64_t time_ns;
+        uint64_t bytes, inodes;
+        const char *message, *effect, *session; /* borrowed */
+        uint16_t message_len, effect_len, session_len;
+};
+int commit_encode(const struct commit_obj *c, uint8_t **ret, size_t *ret_len);
+int commit_decode(const void *data, size_t len, struct commit_obj *ret);
+
+/* File object view. */
+struct file_view {
+        uint64_t size;
+        uint32_t n;
+        const uint8_t *hashes;
+};
+int file_view_init(struct file_view *v, const void *data, size_t len);
+
+/* Verifies an object's encoding; calls ref(hash) for each reference. */
+int object_check(const void *data, size_t len, int (*ref)(const ntfs_hash *, void *), void *ud);
+
+/* ---- the store ---------------------------------------------------------- */
+
+struct ws_list;
+
+struct ntfs_store {
+        char *dir;
+        int lock_fd;
+        MDB_env *env;
+        MDB_dbi meta, obj, commits, sess, tags, reflog, ino, dent, chunk, xattr, lmap, dlink, orph, dead;
+        bool txn_broken;       /* a write failed: the batch must be aborted */
+        pthread_mutex_t lock;
+        MDB_txn *txn;          /* the batch transaction, NULL when none open */
+        int64_t txn_started;   /* mono ns */
+        uint64_t txn_bytes;    /* bytes written in it (to bound its size) */
+        uint64_t map_bytes;
+        uint64_t reserve_bytes;
+        uint64_t ops_since_space_check;
+        bool low_space;
+        pthread_t flusher;
+        bool flusher_running, stopping;
+        pthread_cond_t cond;
+        struct ntfs_ws *wss;   /* open workspace handles */
+};
+
+/* Inode record: value of the ino database, key (wsid, ino). */
+struct ino_rec {
+        uint32_t mode, uid, gid, nlink;
+        uint64_t size, rdev;
+        int64_t atime, mtime, ctime;
+        uint64_t parent; /* directories and unlinked files: the containing dir */
+        uint64_t linkid; /* != 0: member of a hard-link group */
+        uint32_t flags;
+        uint32_t base_nchunks; /* leading chunks of base content still valid */
+        ntfs_hash base;        /* tree / file object / symlink blob */
+        ntfs_hash xattr;       /* base xattr set, when !(flags & INO_XMAT) */
+};
+enum {
+        INO_DIRTY = 1 << 0, /* differs from base: must be serialized at checkpoint */
+        INO_XMAT = 1 << 1,  /* xattrs live in the xattr db, not in ->xattr */
+        INO_ORPHAN = 1 << 2 /* nlink 0, kept while the kernel knows it */
+};
+
+/* Session record: value of the sess database, key = name. */
+struct sess_rec {
+        uint32_t version;
+        uint32_t flags;
+        uint64_t wsid;
+        uint64_t next_ino;
+        uint64_t next_linkid;
+        ntfs_hash head, floor;
+        int64_t created;
+        uint64_t bytes, inodes;
+        uint64_t quota_bytes, quota_inodes;
+        uint64_t reflog_seq;
+};
+
+struct ntfs_ws {
+        ntfs_store *st;
+        struct ntfs_ws *next;
+        char *session; /* NULL for a view */
+        uint64_t wsid;
+        uint64_t generation;
+        bool readonly;
+        bool invalidate_pending;
+        /* for views (no session record): */
+        uint64_t view_next_ino;
+        ntfs_hash view_commit;
+        void (*inval_cb)(ntfs_ws *, void *);
+        void *inval_ud;
+};
+
+/* Locking and the batch transaction (store.c). Every public function calls
+ * store_enter() first and store_leave() last. */
+int store_enter(ntfs_store *st);
+void store_leave(ntfs_store *st);
+/* Commits the batch transaction (durable: also fsync). Lock held. */
+int store_commit_locked(ntfs_store *st, bool durable);
+/* Commits the batch (not durably) and begins a new one, so that a failing
+ * operation can abort its own writes without losing earlier ones. */
+int store_fresh_txn(ntfs_store *st);
+/* Runs invalidate callbacks that a rollback queued (call without the lock). */
+void store_run_invalidations(ntfs_store *st);
+
+int db_get(ntfs_store *st, MDB_dbi dbi, const void *k, size_t kl, MDB_val *ret);
+int db_put(ntfs_store *st, MDB_dbi dbi, const void *k, size_t kl, const void *v, size_t vl);
+int db_del(ntfs_store *st, MDB_dbi dbi, const void *k, size_t kl);
+/* Deletes every key starting with prefix. */
+int db_del_prefix(ntfs_store *st, MDB_dbi dbi, const void *prefix, size_t pl);
+int lmdb_err(int rc);
+
+int obj_put(ntfs_store *st, const void *data, size_t len, ntfs_hash *ret);
+int obj_get(ntfs_store *st, const ntfs_hash *h, MDB_val *ret);
+int obj_get_typed(ntfs_store *st, const ntfs_hash *h, uint8_t type, MDB_val *ret);
+
+int sess_get(ntfs_store *st, const char *name, struct sess_rec *ret);
+int sess_put(ntfs_store *st, const char *name, const struct sess_rec *r);
+int reflog_append(ntfs_store *st, const char *name, struct sess_rec *r, const ntfs_hash *old_head,
+                  const ntfs_hash *new_head, const char *op);
+int commit_load(ntfs_store *st, const ntfs_hash *id, struct commit_obj *ret);
+int store_make_commit(ntfs_store *st, const struct tree_entry *root, const ntfs_hash *links,
+                      const ntfs_hash *parent, const char *msg, const char *effect, const char *session,
+                      uint64_t bytes, uint64_t inodes, ntfs_hash *ret);
+int resolve_locked(ntfs_store *st, const char *ref, ntfs_hash *ret, char *ambig, size_t ambig_len);
+uint64_t wsid_alloc(ntfs_store *st);
+/* Marks a working state for deletion (done lazily). */
+int wsid_retire(ntfs_store *st, uint64_t wsid);
+int wsid_reclaim_all(ntfs_store *st, uint64_t *ret_count);
+
+/* ws.c */
+int ino_get(ntfs_store *st, uint64_t wsid, uint64_t ino, struct ino_rec *ret);
+int ino_put(ntfs_store *st, uint64_t wsid, uint64_t ino, const struct ino_rec *r);
+/* Creates the root inode of a new working state from a commit. */
+int ws_init_from_commit(ntfs_store *st, uint64_t wsid, const struct commit_obj *c);
+void ino_from_entry(const struct tree_entry *e, struct ino_rec *r);
+
+/* checkpoint.c: serializes a working state into objects (clearing dirty
+ * flags); returns the root entry and link table. */
+int ws_serialize(ntfs_store *st, uint64_t wsid, const ntfs_hash *old_links, struct tree_entry *ret_root,
+                 ntfs_hash *ret_links);
+int ws_replace_state(ntfs_store *st, const char *name, struct sess_rec *r, const ntfs_hash *commit);
+
+#endif

@@ -1,0 +1,1183 @@
+/* SPDX-License-Identifier: MIT
+ * store.c — the LMDB environment, its lock, the batch transaction, objects,
+ * sessions, refs, tags and the reflog.
+ *
+ * One process owns a store (flock on dir/lock). LMDB is opened with
+ * MDB_NOLOCK: this process serializes every access with st->lock and keeps
+ * one long-lived write transaction (the "batch") that collects working
+ * state writes; it is committed every NTFS_STORE_FLUSH_MS by the flusher
+ * thread, when it grows past BATCH_MAX_BYTES, and durably (fsync) on every
+ * checkpoint, ref change and fsync. MDB_NOMETASYNC keeps integrity across a
+ * system crash (a crash may undo the last unsynced batch, never corrupt).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/err.h"
+#include "common/fault.h"
+#include "common/log.h"
+#include "fs/store-internal.h"
+#include "common/banned.h"
+
+#define BATCH_MAX_BYTES (64ull << 20)
+#define DEFAULT_MAP_BYTES (8ull << 30)
+#define DEFAULT_RESERVE (64ull << 20)
+
+bool ntfs_hash_is_zero(const ntfs_hash *h) {
+        static const uint8_t z[NTFS_HASH_LEN];
+        return memcmp(h->b, z, NTFS_HASH_LEN) == 0;
+}
+
+void ntfs_hash_hex(const ntfs_hash *h, char out[NTFS_HEX_LEN + 1]) { ntfs_hex(h->b, NTFS_HASH_LEN, out); }
+
+int lmdb_err(int rc) {
+        switch (rc) {
+        case MDB_SUCCESS:
+                return 0;
+        case MDB_NOTFOUND:
+                return -ENOENT;
+        case MDB_KEYEXIST:
+                return -EEXIST;
+        case MDB_MAP_FULL:
+        case MDB_TXN_FULL:
+                return -ENOSPC;
+        case MDB_CORRUPTED:
+        case MDB_PAGE_NOTFOUND:
+        case MDB_INVALID:
+                return -NTFS_ECORRUPT;
+        case MDB_VERSION_MISMATCH:
+                return -NTFS_EBADFORMAT;
+        case MDB_BAD_TXN:
+                return -EIO;
+        default:
+                return rc > 0 ? -rc : -EIO;
+        }
+}
+
+/* ---- the batch transaction -------------------------------------------------- */
+
+static int grow_map_if_needed(ntfs_store *st) {
+        MDB_envinfo info;
+        MDB_stat stat;
+        int rc = mdb_env_info(st->env, &info);
+        if (rc == 0)
+                rc = mdb_env_stat(st->env, &stat);
+        if (rc)
+                return lmdb_err(rc);
+        uint64_t used = (uint64_t)(info.me_last_pgno + 1) * stat.ms_psize;
+        if (used + 2 * BATCH_MAX_BYTES < st->map_bytes / 2)
+                return 0;
+        uint64_t nsize = st->map_bytes * 2;
+        rc = mdb_env_set_mapsize(st->env, nsize);
+        if (rc)
+                return lmdb_err(rc);
+        log_debug("store: map grown to %" PRIu64 " bytes", nsize);
+        st->map_bytes = nsize;
+        return 0;
+}
+
+static int txn_begin(ntfs_store *st) {
+        if (st->txn)
+                return 0;
+        int rc = grow_map_if_needed(st);
+        if (rc < 0)
+                return rc;
+        rc = mdb_txn_begin(st->env, NULL, 0, &st->txn);
+        if (rc) {
+                st->txn = NULL;
+                return lmdb_err(rc);
+        }
+        st->txn_started = ntfs_mono_ns();
+        st->txn_bytes = 0;
+        st->txn_broken = false;
+        return 0;
+}
+
+int store_commit_locked(ntfs_store *st, bool durable) {
+        int r = 0;
+        if (st->txn) {
+                if (st->txn_broken) {
+                        mdb_txn_abort(st->txn);
+                        st->txn = NULL;
+                        return -EIO;
+                }
+                if ((r = NTFS_FAULT("store.commit")) < 0) {
+                        mdb_txn_abort(st->txn);
+                        st->txn = NULL;
+                        return r;
+                }
+                int rc = mdb_txn_commit(st->txn);
+                st->txn = NULL;
+                if (rc)
+                        return lmdb_err(rc);
+        }
+        if (durable) {
+                if ((r = NTFS_FAULT("store.sync")) < 0)
+                        return r;
+                int rc = mdb_env_sync(st->env, 1);
+                if (rc)
+                        return lmdb_err(rc);
+        }
+        return 0;
+}
+
+int store_fresh_txn(ntfs_store *st) {
+        int r = store_commit_locked(st, false);
+        if (r == 0)
+                r = txn_begin(st);
+        return r;
+}
+
+int store_enter(ntfs_store *st) {
+        pthread_mutex_lock(&st->lock);
+        int r = txn_begin(st);
+        if (r < 0)
+                pthread_mutex_unlock(&st->lock);
+        return r;
+}
+
+void store_leave(ntfs_store *st) {
+        if (st->txn && (st->txn_broken || st->txn_bytes > BATCH_MAX_BYTES)) {
+                int r = store_commit_locked(st, false);
+                if (r < 0)
+                        log_warn("store: batch commit failed: %s", ntfs_strerror(r));
+        }
+        bool inval = false;
+        for (ntfs_ws *w = st->wss; w; w = w->next)
+                inval |= w->invalidate_pending;
+        pthread_mutex_unlock(&st->lock);
+        if (inval)
+                store_run_invalidations(st);
+}
+
+void store_run_invalidations(ntfs_store *st) {
+        for (;;) {
+                void (*cb)(ntfs_ws *, void *) = NULL;
+                void *ud = NULL;
+                ntfs_ws *target = NULL;
+                pthread_mutex_lock(&st->lock);
+                for (ntfs_ws *w = st->wss; w; w = w->next)
+                        if (w->invalidate_pending) {
+                                w->invalidate_pending = false;
+                                cb = w->inval_cb;
+                                ud = w->inval_ud;
+                                target = w;
+                                break;
+                        }
+                pthread_mutex_unlock(&st->lock);
+                if (!target)
+                        return;
+                if (cb)
+                        cb(target, ud);
+        }
+}
+
+static void *flusher_main(void *arg) {
+        ntfs_store *st = arg;
+        pthread_mutex_lock(&st->lock);
+        while (!st->stopping) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 50 * 1000000L;
+                if (ts.tv_nsec >= 1000000000L) {
+                        ts.tv_sec++;
+                        ts.tv_nsec -= 1000000000L;
+                }
+                pthread_cond_timedwait(&st->cond, &st->lock, &ts);
+                if (st->txn && ntfs_mono_ns() - st->txn_started > NTFS_STORE_FLUSH_MS * 1000000LL) {
+                        int r = store_commit_locked(st, false);
+                        if (r < 0)
+                                log_warn("store: background flush failed: %s", ntfs_strerror(r));
+                }
+        }
+        pthread_mutex_unlock(&st->lock);
+        return NULL;
+}
+
+/* ---- db helpers ------------------------------------------------------------------ */
+
+int db_get(ntfs_store *st, MDB_dbi dbi, const void *k, size_t kl, MDB_val *ret) {
+        MDB_val key = { kl, (void *)k };
+        int rc = mdb_get(st->txn, dbi, &key, ret);
+        return lmdb_err(rc);
+}
+
+int db_put(ntfs_store *st, MDB_dbi dbi, const void *k, size_t kl, const void *v, size_t vl) {
+        MDB_val key = { kl, (void *)k }, val = { vl, (void *)v };
+        int rc = mdb_put(st->txn, dbi, &key, &val, 0);
+        if (rc) {
+                if (rc != MDB_KEYEXIST)
+                        st->txn_broken = true;
+                return lmdb_err(rc);
+        }
+        st->txn_bytes += kl + vl;
+        return 0;
+}
+
+int db_del(ntfs_store *st, MDB_dbi dbi, const void *k, size_t kl) {
+        MDB_val key = { kl, (void *)k };
+        int rc = mdb_del(st->txn, dbi, &key, NULL);
+        if (rc && rc != MDB_NOTFOUND)
+                st->txn_broken = true;
+        return lmdb_err(rc);
+}
+
+int db_del_prefix(ntfs_store *st, MDB_dbi dbi, const void *prefix, size_t pl) {
+        MDB_cursor *cur;
+        int rc = mdb_cursor_open(st->txn, dbi, &cur);
+        if (rc)
+                return lmdb_err(rc);
+        int n = 0;
+        for (;;) {
+                /* re-seek after every deletion: simple and always valid */
+                MDB_val k = { pl, (void *)prefix }, v;
+                rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+                if (rc || k.mv_size < pl || memcmp(k.mv_data, prefix, pl) != 0)
+                        break;
+                if ((rc = mdb_cursor_del(cur, 0)) != 0)
+                        break;
+                n++;
+        }
+        mdb_cursor_close(cur);
+        if (rc && rc != MDB_NOTFOUND) {
+                st->txn_broken = true;
+                return lmdb_err(rc);
+        }
+        return n;
+}
+
+/* ---- objects ---------------------------------------------------------------------- */
+
+int obj_put(ntfs_store *st, const void *data, size_t len, ntfs_hash *ret) {
+        ntfs_hash h;
+        ntfs_sha256(data, len, h.b);
+        MDB_val key = { NTFS_HASH_LEN, h.b }, val = { len, (void *)data };
+        int rc = mdb_put(st->txn, st->obj, &key, &val, MDB_NOOVERWRITE);
+        if (rc == 0) {
+                st->txn_bytes += len;
+                if (((const uint8_t *)data)[0] == OBJ_COMMIT) {
+                        MDB_val one = { 1, (void *)"" };
+                        rc = mdb_put(st->txn, st->commits, &key, &one, 0);
+                }
+        }
+        if (rc && rc != MDB_KEYEXIST) {
+                st->txn_broken = true;
+                return lmdb_err(rc);
+        }
+        *ret = h;
+        return 0;
+}
+
+int obj_get(ntfs_store *st, const ntfs_hash *h, MDB_val *ret) {
+        int r = db_get(st, st->obj, h->b, NTFS_HASH_LEN, ret);
+        if (r == -ENOENT)
+                return -NTFS_ECORRUPT; /* a referenced object is missing */
+        if (r == 0 && ret->mv_size == 0)
+                return -NTFS_ECORRUPT;
+        return r;
+}
+
+int obj_get_typed(ntfs_store *st, const ntfs_hash *h, uint8_t type, MDB_val *ret) {
+        int r = obj_get(st, h, ret);
+        if (r < 0)
+                return r;
+        if (((const uint8_t *)ret->mv_data)[0] != type)
+                return -NTFS_ECORRUPT;
+        return 0;
+}
+
+int commit_load(ntfs_store *st, const ntfs_hash *id, struct commit_obj *ret) {
+        MDB_val v;
+        int r = db_get(st, st->obj, id->b, NTFS_HASH_LEN, &v);
+        if (r == -ENOENT)
+                return -NTFS_ENOREF;
+        if (r < 0)
+                return r;
+        if (v.mv_size == 0 || ((const uint8_t *)v.mv_data)[0] != OBJ_COMMIT)
+                return -NTFS_ENOREF;
+        return commit_decode(v.mv_data, v.mv_size, ret);
+}
+
+/* ---- sessions ------------------------------------------------------------------ */
+
+int sess_get(ntfs_store *st, const char *name, struct sess_rec *ret) {
+        if (!ntfs_name_valid(name))
+                return -NTFS_EINVALNAME;
+        MDB_val v;
+        int r = db_get(st, st->sess, name, strlen(name), &v);
+        if (r == -ENOENT)
+                return -NTFS_ENOSESSION;
+        if (r < 0)
+                return r;
+        if (v.mv_size != sizeof *ret)
+                return -NTFS_ECORRUPT;
+        memcpy(ret, v.mv_data, sizeof *ret);
+        return 0;
+}
+
+int sess_put(ntfs_store *st, const char *name, const struct sess_rec *r) {
+        return db_put(st, st->sess, name, strlen(name), r, sizeof *r);
+}
+
+struct reflog_rec {
+        ntfs_hash old_head, new_head;
+        int64_t time;
+        char op[32];
+};
+
+static size_t reflog_key(const char *name, uint64_t seq, uint8_t *k) {
+        size_t n = strlen(name);
+        memcpy(k, name, n);
+        k[n] = 0;
+        ntfs_put_be64(k + n + 1, seq);
+        return n + 9;
+}
+
+int reflog_append(ntfs_store *st, const char *name, struct sess_rec *r, const ntfs_hash *old_head,
+                  const ntfs_hash *new_head, const char *op) {
+        uint8_t k[NTFS_NAME_MAX + 9];
+        struct reflog_rec rec = { .old_head = *old_head, .new_head = *new_head, .time = ntfs_now_ns() };
+        snprintf(rec.op, sizeof rec.op, "%s", op);
+        size_t kl = reflog_key(name, ++r->reflog_seq, k);
+        return db_put(st, st->reflog, k, kl, &rec, sizeof rec);
+}
+
+uint64_t wsid_alloc(ntfs_store *st) {
+        MDB_val v;
+        uint64_t next = 1;
+        if (db_get(st, st->meta, "next_wsid", 9, &v) == 0 && v.mv_size == 8)
+                memcpy(&next, v.mv_data, 8);
+        uint64_t n2 = next + 1;
+        if (db_put(st, st->meta, "next_wsid", 9, &n2, 8) < 0)
+                return 0;
+        return next;
+}
+
+int wsid_retire(ntfs_store *st, uint64_t wsid) {
+        uint8_t k[8];
+        ntfs_put_be64(k, wsid);
+        return db_put(st, st->dead, k, 8, "", 0);
+}
+
+/* Deletes the records of one working state. */
+static int wsid_purge(ntfs_store *st, uint64_t wsid) {
+        uint8_t k[8];
+        ntfs_put_be64(k, wsid);
+        MDB_dbi dbis[] = { st->ino, st->dent, st->chunk, st->xattr, st->lmap, st->dlink, st->orph };
+        for (size_t i = 0; i < ARRAY_SIZE(dbis); i++) {
+                int r = db_del_prefix(st, dbis[i], k, 8);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+int wsid_reclaim_all(ntfs_store *st, uint64_t *ret_count) {
+        uint64_t n = 0;
+        for (;;) {
+                MDB_cursor *cur;
+                int rc = mdb_cursor_open(st->txn, st->dead, &cur);
+                if (rc)
+                        return lmdb_err(rc);
+                MDB_val k, v;
+                rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+                uint8_t key[8];
+                if (rc == 0 && k.mv_size == 8)
+                        memcpy(key, k.mv_data, 8);
+                mdb_cursor_close(cur);
+                if (rc == MDB_NOTFOUND)
+                        break;
+                if (rc)
+                        return lmdb_err(rc);
+                int r = wsid_purge(st, ntfs_get_be64(key));
+                if (r < 0)
+                        return r;
+                if ((r = db_del(st, st->dead, key, 8)) < 0)
+                        return r;
+                n++;
+        }
+        if (ret_count)
+                *ret_count = n;
+        return 0;
+}
+
+/* ---- open / close ----------------------------------------------------------------- */
+
+const char *ntfs_store_dir(const ntfs_store *st) { return st->dir; }
+
+static int open_dbs(ntfs_store *st) {
+        struct {
+                const char *name;
+                MDB_dbi *dbi;
+        } dbs[] = {
+                { "meta", &st->meta },   { "obj", &st->obj },     { "commits", &st->commits },
+                { "sess", &st->sess },   { "tags", &st->tags },   { "reflog", &st->reflog },
+                { "ino", &st->ino },     { "dent", &st->dent },   { "chunk", &st->chunk },
+                { "xattr", &st->xattr }, { "lmap", &st->lmap },   { "dlink", &st->dlink },
+                { "orph", &st->orph },   { "dead", &st->dead },
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(dbs); i++) {
+                int rc = mdb_dbi_open(st->txn, dbs[i].name, MDB_CREATE, dbs[i].dbi);
+                if (rc)
+                        return lmdb_err(rc);
+        }
+        MDB_val v;
+        int r = db_get(st, st->meta, "format", 6, &v);
+        if (r == -ENOENT) {
+                uint32_t f = NTFS_FORMAT_VERSION;
+                return db_put(st, st->meta, "format", 6, &f, 4);
+        }
+        if (r < 0)
+                return r;
+        uint32_t f;
+        if (v.mv_size != 4)
+                return -NTFS_EBADFORMAT;
+        memcpy(&f, v.mv_data, 4);
+        return f == NTFS_FORMAT_VERSION ? 0 : -NTFS_EBADFORMAT;
+}
+
+/* Views are ephemeral: any left by a crashed process are retired. */
+static int retire_stale_views(ntfs_store *st) {
+        for (;;) {
+                MDB_cursor *cur;
+                int rc = mdb_cursor_open(st->txn, st->meta, &cur);
+                if (rc)
+                        return lmdb_err(rc);
+                MDB_val k = { 5, (void *)"view:" }, v;
+                rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+                uint8_t key[13];
+                bool found = rc == 0 && k.mv_size == 13 && memcmp(k.mv_data, "view:", 5) == 0;
+                if (found)
+                        memcpy(key, k.mv_data, 13);
+                mdb_cursor_close(cur);
+                if (!found)
+                        return 0;
+                int r = wsid_retire(st, ntfs_get_be64(key + 5));
+                if (r == 0)
+                        r = db_del(st, st->meta, key, 13);
+                if (r < 0)
+                        return r;
+        }
+}
+
+int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_store **ret) {
+        struct ntfs_store_opts o = { 0 };
+        if (opts)
+                o = *opts;
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        _cleanup_free_ ntfs_store *st = calloc(1, sizeof *st);
+        if (!st)
+                return -ENOMEM;
+        st->lock_fd = -1;
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof path, "%s/lock", dir) >= (int)sizeof path)
+                return -ENAMETOOLONG;
+        _cleanup_close_ int lfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (lfd < 0)
+                return -errno;
+        if (flock(lfd, LOCK_EX | LOCK_NB) < 0)
+                return errno == EWOULDBLOCK ? -NTFS_ESTOREBUSY : -errno;
+
+        st->dir = realpath(dir, NULL);
+        if (!st->dir)
+                return -errno;
+        st->map_bytes = o.initial_map_bytes ? o.initial_map_bytes : DEFAULT_MAP_BYTES;
+        st->reserve_bytes = o.reserve_bytes ? o.reserve_bytes : DEFAULT_RESERVE;
+        pthread_mutex_init(&st->lock, NULL);
+        pthread_cond_init(&st->cond, NULL);
+
+        int r;
+        int rc = mdb_env_create(&st->env);
+        if (rc) {
+                free(st->dir);
+                return lmdb_err(rc);
+        }
+        /* The data file may already be bigger than the default map. */
+        struct stat sb;
+        if (snprintf(path, sizeof path, "%s/data.mdb", dir) < (int)sizeof path && stat(path, &sb) == 0)
+                while (st->map_bytes < (uint64_t)sb.st_size * 2)
+                        st->map_bytes *= 2;
+        if ((rc = mdb_env_set_mapsize(st->env, st->map_bytes)) || (rc = mdb_env_set_maxdbs(st->env, 16)) ||
+            (rc = mdb_env_open(st->env, st->dir, MDB_NOLOCK | MDB_NOMETASYNC | MDB_NOTLS, 0600))) {
+                r = lmdb_err(rc);
+                goto fail;
+        }
+        pthread_mutex_lock(&st->lock);
+        r = txn_begin(st);
+        if (r == 0)
+                r = open_dbs(st);
+        if (r == 0)
+                r = retire_stale_views(st);
+        if (r == 0)
+                r = wsid_reclaim_all(st, NULL);
+        if (r == 0)
+                r = store_commit_locked(st, true);
+        else if (st->txn) {
+                mdb_txn_abort(st->txn);
+                st->txn = NULL;
+        }
+        pthread_mutex_unlock(&st->lock);
+        if (r < 0)
+                goto fail;
+        if (!o.no_flusher) {
+                if (pthread_create(&st->flusher, NULL, flusher_main, st) != 0) {
+                        r = -EAGAIN;
+                        goto fail;
+                }
+                st->flusher_running = true;
+        }
+        st->lock_fd = TAKE_FD(lfd);
+        *ret = TAKE_PTR(st);
+        return 0;
+fail:
+        mdb_env_close(st->env);
+        free(st->dir);
+        return r;
+}
+
+void ntfs_store_close(ntfs_store *st) {
+        if (!st)
+                return;
+        pthread_mutex_lock(&st->lock);
+        st->stopping = true;
+        pthread_cond_broadcast(&st->cond);
+        pthread_mutex_unlock(&st->lock);
+        if (st->flusher_running)
+                pthread_join(st->flusher, NULL);
+        while (st->wss)
+                ntfs_ws_close(st->wss);
+        pthread_mutex_lock(&st->lock);
+        int r = store_commit_locked(st, true);
+        if (r < 0)
+                log_error("store: final flush failed: %s", ntfs_strerror(r));
+        pthread_mutex_unlock(&st->lock);
+        mdb_env_close(st->env);
+        if (st->lock_fd >= 0)
+                close(st->lock_fd);
+        pthread_mutex_destroy(&st->lock);
+        pthread_cond_destroy(&st->cond);
+        free(st->dir);
+        free(st);
+}
+
+int ntfs_store_flush(ntfs_store *st, bool durable) {
+        pthread_mutex_lock(&st->lock);
+        int r = store_commit_locked(st, durable);
+        pthread_mutex_unlock(&st->lock);
+        return r;
+}
+
+/* ---- refs ------------------------------------------------------------------------ */
+
+static int short_id_locked(ntfs_store *st, const ntfs_hash *id, char out[NTFS_HEX_LEN + 1]) {
+        /* The shortest prefix that differs from both neighbours in the
+         * sorted commit index. */
+        MDB_cursor *cur;
+        int rc = mdb_cursor_open(st->txn, st->commits, &cur);
+        if (rc)
+                return lmdb_err(rc);
+        size_t need = 0;
+        MDB_val k = { NTFS_HASH_LEN, (void *)id->b }, v;
+        rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+        for (int dir = 0; dir < 2; dir++) {
+                MDB_val nk = k;
+                int nrc = mdb_cursor_get(cur, &nk, &v, dir == 0 ? MDB_PREV : MDB_NEXT);
+                if (dir == 0 && nrc == 0) /* step back to where we were */
+                        mdb_cursor_get(cur, &nk, &v, MDB_NEXT);
+                if (dir == 1 && rc == 0 && k.mv_size == NTFS_HASH_LEN && memcmp(k.mv_data, id->b, 32) != 0)
+                        nk = k, nrc = 0; /* id itself absent: k is the next one */
+                if (nrc || nk.mv_size != NTFS_HASH_LEN)
+                        continue;
+                const uint8_t *o = nk.mv_data;
+                size_t i = 0;
+                while (i < NTFS_HASH_LEN && o[i] == id->b[i])
+                        i++;
+                /* common prefix in hex digits */
+                size_t digits = 2 * i;
+                if (i < NTFS_HASH_LEN && (o[i] >> 4) == (id->b[i] >> 4))
+                        digits++;
+                if (digits + 1 > need)
+                        need = digits + 1;
+        }
+        mdb_cursor_close(cur);
+        if (need < NTFS_SHORT_ID_MIN)
+                need = NTFS_SHORT_ID_MIN;
+        ntfs_hash_hex(id, out);
+        out[need] = 0;
+        return 0;
+}
+
+int ntfs_short_id(ntfs_store *st, const ntfs_hash *commit, char out[NTFS_HEX_LEN + 1]) {
+        int r = store_enter(st);
+        if (r < 0)
+                return r;
+        r = short_id_locked(st, commit, out);
+        store_leave(st);
+        return r;
+}
+
+static bool is_hex(const char *s, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') ||
+                      (s[i] >= 'A' && s[i] <= 'F')))
+                        return false;
+        return true;
+}
+
+struct tag_rec {
+        ntfs_hash commit;
+        uint32_t scope;
+        int64_t created;
+        char session[NTFS_NAME_MAX + 1];
+};
+
+static int prefix_lookup(ntfs_store *st, const char *ref, size_t n, ntfs_hash *ret, char *ambig,
+                         size_t ambig_len) {
+        uint8_t lo[NTFS_HASH_LEN] = { 0 };
+        char tmp[NTFS_HEX_LEN + 1];
+        memset(tmp, '0', NTFS_HEX_LEN);
+        tmp[NTFS_HEX_LEN] = 0;
+        memcpy(tmp, ref, n);
+        if (ntfs_unhex(tmp, lo, NTFS_HASH_LEN) < 0)
+                return -NTFS_ENOREF;
+        MDB_cursor *cur;
+        int rc = mdb_cursor_open(st->txn, st->commits, &cur);
+        if (rc)
+                return lmdb_err(rc);
+        MDB_val k = { NTFS_HASH_LEN, lo }, v;
+        int found = 0;
+        size_t apos = 0;
+        if (ambig && ambig_len)
+                ambig[0] = 0;
+        for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0 && found < 10;
+             rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+                char hex[NTFS_HEX_LEN + 1];
+                ntfs_hex(k.mv_data, NTFS_HASH_LEN, hex);
+                if (strncasecmp(hex, ref, n) != 0)
+                        break;
+                if (found == 0)
+                        memcpy(ret->b, k.mv_data, NTFS_HASH_LEN);
+                found++;
+                if (ambig && apos + 16 < ambig_len) {
+                        hex[NTFS_SHORT_ID_MIN + 3] = 0;
+                        apos += (size_t)snprintf(ambig + apos, ambig_len - apos, "%s%s", apos ? ", " : "", hex);
+                }
+        }
+        mdb_cursor_close(cur);
+        if (found == 0)
+                return -NTFS_ENOREF;
+        return found == 1 ? 0 : -NTFS_EAMBIGUOUS;
+}
+
+int resolve_locked(ntfs_store *st, const char *ref, ntfs_hash *ret, char *ambig, size_t ambig_len) {
+        if (!ref || !*ref || strnlen(ref, 512) > NTFS_NAME_MAX + 16)
+                return -NTFS_EINVALNAME;
+        MDB_val v;
+        size_t n = strlen(ref);
+        /* tag */
+        if (db_get(st, st->tags, ref, n, &v) == 0 && v.mv_size == sizeof(struct tag_rec)) {
+                memcpy(ret->b, ((const struct tag_rec *)v.mv_data)->commit.b, NTFS_HASH_LEN);
+                return 0;
+        }
+        /* session, session~N */
+        const char *tilde = strrchr(ref, '~');
+        char name[NTFS_NAME_MAX + 1];
+        uint64_t steps = 0;
+        if (tilde && (size_t)(tilde - ref) <= NTFS_NAME_MAX) {
+                memcpy(name, ref, (size_t)(tilde - ref));
+                name[tilde - ref] = 0;
+                if (ntfs_parse_u64(tilde + 1, 1000000, &steps) < 0)
+                        name[0] = 0;
+        } else if (n <= NTFS_NAME_MAX) {
+                memcpy(name, ref, n + 1);
+        } else {
+                name[0] = 0;
+        }
+        struct sess_rec sr;
+        if (name[0] && ntfs_name_valid(name) && sess_get(st, name, &sr) == 0) {
+                ntfs_hash h = sr.head;
+                for (uint64_t i = 0; i < steps; i++) {
+                        struct commit_obj c;
+                        int r = commit_load(st, &h, &c);
+                        if (r < 0)
+                                return r;
+                        if (c.nparents == 0)
+                                return -NTFS_EFLOOR;
+                        h = c.parents[0];
+                }
+                *ret = h;
+                return 0;
+        }
+        if (n >= 4 && n <= NTFS_HEX_LEN && is_hex(ref, n))
+                return prefix_lookup(st, ref, n, ret, ambig, ambig_len);
+        return -NTFS_ENOREF;
+}
+
+int ntfs_resolve(ntfs_store *st, const char *ref, ntfs_hash *ret, char *ambig, size_t ambig_len) {
+        int r = store_enter(st);
+        if (r < 0)
+                return r;
+        r = resolve_locked(st, ref, ret, ambig, ambig_len);
+        store_leave(st);
+        return r;
+}
+
+static void commit_info_from(const ntfs_hash *id, const struct commit_obj *c, struct ntfs_commit_info *ret) {
+        memset(ret, 0, sizeof *ret);
+        ret->id = *id;
+        ret->tree = c->root.content;
+        ret->nparents = c->nparents;
+        for (int i = 0; i < c->nparents; i++)
+                ret->parents[i] = c->parents[i];
+        ret->time_ns = c->time_ns;
+        snprintf(ret->message, sizeof ret->message, "%.*s", (int)c->message_len, c->message ? c->message : "");
+        snprintf(ret->effect, sizeof ret->effect, "%.*s", (int)c->effect_len, c->effect ? c->effect : "");
+        snprintf(ret->session, sizeof ret->session, "%.*s", (int)c->session_len, c->session ? c->session : "");
+        ret->bytes = c->bytes;
+        ret->inodes = c->inodes;
+}
+
+int ntfs_commit_get(ntfs_store *st, const ntfs_hash *id, struct ntfs_commit_info *ret) {
+        int r = store_enter(st);
+        if (r < 0)
+                return r;
+        struct commit_obj c;
+        r = commit_load(st, id, &c);
+        if (r == 0)
+                commit_info_from(id, &c, ret);
+        store_leave(st);
+        return r;
+}
+
+int ntfs_history(ntfs_store *st, const char *name, size_t max,
+             int (*cb)(const struct ntfs_commit_info *, void *), void *ud) {
+        int r = store_enter(st);
+        if (r < 0)
+                return r;
+        struct sess_rec sr;
+        ntfs_hash h;
+        r = sess_get(st, name, &sr);
+        if (r == 0)
+                h = sr.head;
+        else if (r == -NTFS_ENOSESSION || r == -NTFS_EINVALNAME)
+                r = resolve_locked(st, name, &h, NULL, 0);
+        /* Collect first, call back without the lock (callbacks may call in). */
+        struct ntfs_commit_info *list = NULL;
+        size_t n = 0, cap = 0;
+        while (r == 0 && n < (max ? max : SIZE_MAX)) {
+                struct commit_obj c;
+                if ((r = commit_load(st, &h, &c)) < 0)
+                        break;
+                if (n == cap) {
+                        cap = cap ? cap * 2 : 32;
+                        struct ntfs_commit_info *nl = realloc(list, cap * sizeof *nl);
+                        if (!nl) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        list = nl;
+                }
+                commit_info_from(&h, &c, &list[n++]);
+                if (c.nparents == 0)
+                        break;
+                h = c.parents[0];
+        }
+        store_leave(st);
+        for (size_t i = 0; r == 0 && i < n; i++)
+                if (cb(&list[i], ud))
+                        break;
+        free(list);
+        return r;
+}
+
+int ntfs_reflog(ntfs_store *st, const char *name, int (*cb)(const struct ntfs_reflog_entry *, void *),
+                void *ud) {
+        if (!ntfs_name_valid(name))
+                return -NTFS_EINVALNAME;
+        int r = store_enter(st);
+        if (r < 0)
+                return r;
+        struct ntfs_reflog_entry *list = NULL;
+        size_t n = 0, cap = 0;
+        uint8_t k0[NTFS_NAME_MAX + 9];
+        size_t pl = strlen(name) + 1;
+        reflog_key(name, 0, k0);
+        MDB_cursor *cur;
+        int rc = mdb_cursor_open(st->txn, st->reflog, &cur);
+        if (rc)
+                r = lmdb_err(rc);
+        else {
+                MDB_val k = { pl + 8, k0 }, v;
+                for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+                     rc == 0 && k.mv_size == pl + 8 && memcmp(k.mv_data, k0, pl) == 0;
+                     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+                        if (v.mv_size != sizeof(struct reflog_rec))
+                                continue;
+                        if (n == cap) {
+                                cap = cap ? cap * 2 : 32;
+                                struct ntfs_reflog_entry *nl = realloc(list, cap * sizeof *nl);
+                                if (!nl) {
+                                        r = -ENOMEM;
+                                        break;
+                                }
+                                list = nl;
+                        }
+                        const struct reflog_rec *rr = v.mv_data;
+                        struct ntfs_reflog_entry *e = &list[n++];
+                        e->seq = ntfs_get_be64((const uint8_t *)k.mv_data + pl);
+                        e->old_head = rr->old_head;
+                        e->new_head = rr->new_head;
+                        e->time_ns = rr->time;
+                        snprintf(e->op, sizeof e->op, "%.*s", (int)sizeof rr->op - 1, rr->op);
+                }
+                mdb_cursor_close(cur);
+        }
+        store_leave(st);
+        for (size_t i = 0; r == 0 && i < n; i++)
+                if (cb(&list[i], ud))
+                        break;
+        free(list);
+        return r;
+}
+
+/* ---- sessions ------------------------------------------------------------------ */
+
+static int session_info_from(ntfs_store *st, const char *name, const struct sess_rec *sr,
+                             struct ntfs_session_info *ret) {
+        memset(ret, 0, sizeof *ret);
+        snprintf(ret->name, sizeof ret->name, "%s", name);
+        ret->head = sr->head;
+        ret->floor = sr->floor;
+        ret->created_ns = sr->created;
+        ret->bytes = sr->bytes;
+        ret->inodes = sr->inodes;
+        ret->quota_bytes = sr->quota_bytes;
+        ret->quota_inodes = sr->quota_inodes;
+        struct ino_rec root;
+        if (ino_get(st, sr->wsid, NTFS_ROOT_INO, &root) == 0)
+                ret->dirty = (root.flags & INO_DIRTY) != 0 || (sr->flags & 1);
+        for (ntfs_ws *w = st->wss; w; w = w->next)
+                if (w->session && strcmp(w->session, name) == 0)
+                        ret->mounts++;
+        return 0;
+}
+
+int ntfs_session_get(ntfs_store *st, const char *name, struct ntfs_session_info *ret) {
+        int r = store_enter(st);
+        if (r < 0)
+                return r;
+        struct sess_rec sr;
+        r = sess_get(st, name, &sr);
+        if (r == 0)
+                r = session_info_from(st, name, &sr, ret);
+        store_leave(st);
+        return r;
+}
+
+int ntfs_session_list(ntfs_store *st, int (*cb)(const struct ntfs_session_info *, void *), void *ud) {
+        int r = store_enter(st);
+        if (r < 0)
+                return r;
+        struct ntfs_session_info *list = NULL;
+        size_t n = 0, cap = 0;
+        MDB_cursor *cur;
+        int rc = mdb_cursor_open(st->txn, st->sess, &cur);
+        if (rc)
+                r = lmdb_err(rc);
+        else {
+                MDB_val k, v;
+                for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+                     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+                        if (v.mv_size != sizeof(struct sess_rec) || k.mv_size > NTFS_NAME_MAX)
+                                continue;
+                        if (n == cap) {
+                                cap = cap ? cap * 2 : 16;
+                                struct ntfs_session_info *nl = realloc(list, cap * sizeof *nl);
+                                if (!nl) {
+                                        r = -ENOMEM;
+                                        break;
+                                }
+                                list = nl;
+                        }
+                        char name[NTFS_NAME_MAX + 1];
+                        memcpy(name, k.mv_data, k.mv_size);
+                        name[k.mv_size] = 0;
+                        struct sess_rec sr;
+                        memcpy(&sr, v.mv_data, sizeof sr);
+                        session_info_from(st, name, &sr, &list[n++]);
+                }
+                mdb_cursor_close(cur);
+        }
+        store_leave(st);
+        for (size_t i = 0; r == 0 && i < n; i++)
+                if (cb(&list[i], ud))
+                        break;
+        free(list);
+        return r;
+}
+
+int ntfs_session_set_quota(ntfs_store *st, const char *name, uint64_t bytes, uint64_t inodes) {
+        int r = store_enter(st);
+        if (r < 0)
+                return r;
+        struct sess_rec sr;
+        r = sess_get(st, name, &sr);
+        if (r == 0) {
+                sr.quota_bytes = bytes;
+                sr.quota_inodes = inodes;
+                r = sess_put(st, name, &sr);
+        }
+        if (r == 0)
+                r = store_commit_locked(st, true);
+        store_leave(st);
+        return r;
+}
+
+static int make_commit(ntfs_store *st, const struct tree_entry *root, const ntfs_hash *links,
+                       const ntfs_hash *parent, const char *msg, const char *effect, const char *session,
+                       uint64_t bytes, uint64_t inodes, ntfs_hash *ret) {
+        struct commit_obj c = { 0 };
+        c.root = *root;
+        c.root.name = "";
+        c.root.namelen = 0;
+        c.root.h = 0;
+        c.root.linkid = 0;
+        if (links)
+                c.links = *links;
+        if (parent && !ntfs_hash_is_zero(parent)) {
+                c.parents[0] = *parent;
+                c.nparents = 1;
+        }
+        c.time_ns = ntfs_now_ns();
+        c.bytes = bytes;
+        c.inodes = inodes;
+        c.message = msg ? msg : "";
+        c.message_len = (uint16_t)strnlen(c.message, 1000);
+        c.effect = effect ? effect : "";
+        c.effect_len = (uint16_t)strnlen(c.effect, 120);
+        c.session = session ? session : "";
+        c.session_len = (uint16_t)strnlen(c.session, NTFS_NAME_MAX);
+        _cleanup_free_ uint8_t *buf = NULL;
+        size_t len;
+        int r = commit_encode(&c, &buf, &len);
+        if (r < 0)
+                return r;
+        return obj_put(st, buf, len, ret);
+}
+
+int store_make_commit(ntfs_store *st, const struct tree_entry *root, const ntfs_hash *links,
+                      const ntfs_hash *parent, const char *msg, const char *effect, const char *session,
+                      uint64_t bytes, uint64_t inodes, ntfs_hash *ret) {
+        return make_commit(st, root, links, parent, msg, effect, session, bytes, inodes, ret);
+}
+
+int ntfs_session_end(ntfs_store *st, const char *name) {
+        int r = store_enter(st);
+        if (r < 0)
+                return r;
+        struct sess_rec sr;
+        r = sess_get(st, name, &sr);
+        for (ntfs_ws *w = st->wss; r == 0 && w; w = w->next)
+                if (w->session && strcmp(w->session, name) == 0)
+                        r = -EBUSY;
+        if (r == 0)
+                r = db_del(st, st->sess, name, strlen(name));
+        if (r == 0)
+                r = wsid_retire(st, sr.wsid);
+        /* session-scoped tags and the reflog go with it */
+        while (r == 0) {
+                char victim[NTFS_NAME_MAX + 1] = "";
+                MDB_cursor *cur;
+                int rc = mdb_cursor_open(st->txn, st->tags, &cur);
+                if (rc) {
+                        r = lmdb_err(rc);
+                        break;
+                }
+                MDB_val k, v;
+                for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+                     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+                        const struct tag_rec *t = v.mv_data;
+                        if (v.mv_size == sizeof *t && t->scope == NTFS_TAG_SESSION &&
+                            strcmp(t->session, name) == 0 && k.mv_size <= NTFS_NAME_MAX) {
+                                memcpy(victim, k.mv_data, k.mv_size);
+                                victim[k.mv_size] = 0;
+                                break;
+                        }
+                }
+                mdb_cursor_close(cur);
+                if (!victim[0])
+                        break;
+                r = db_del(st, st->tags, victim, strlen(victim));
+        }
+        if (r == 0) {
+                uint8_t k[NTFS_NAME_MAX + 9];
+                reflog_key(name, 0, k);
+                int n = db_del_prefix(st, st->reflog, k, strlen(name) + 1);
+                if (n < 0)
+                        r = n;
+        }
+        if (r == 0)
+                r = store_commit_locked(st, true);
+        if (r == 0)
+                r = store_fresh_txn(st);
+        if (r == 0) {
+                /* reclaim its working state now that the end is durable */
+                r = wsid_reclaim_all(st, NULL);
+        }
+        store_leave(st);
+        return r;
+}
+
+/* ---- tags ------------------------------------------------------------------------ */
+
+static void tag_info_from(const char *name, size_t nl, const struct tag_rec *t, struct ntfs_tag_info *ret) {
+        memset(ret, 0, sizeof *ret);
+        snprintf(ret->name, sizeof ret->name, "%.*s", (int)nl, name);
+        ret->commit = t->commit;
+        ret->scope = t->scope;
+        snprintf(ret->session, sizeof ret->session, "%.*s", NTFS_NAME_MAX, t->session);
+        ret->created_ns = t->created;
+}
+
+int ntfs_tag_create(ntfs_store *st, const char *session, const char *tag, const char *at,
+                    enum ntfs_tag_scope scope, ntfs_hash *ret) {
+        if (!ntfs_name_valid(tag))
+                return -NTFS_EINVALNAME;
+        if (scope != NTFS_TAG_SESSION && scope != NTFS_TAG_STORE)
+                return -EINVAL;
+        int r = store_enter(st);
+        if (r < 0)
+                return r;
+        struct sess_rec sr;
+        ntfs_hash h;
+        MDB_val v;
+        r = sess_get(st, session, &sr);
+        if (r == 0) {
+                if (at)
+                        r = resolve_locked(st, at, &h, NULL, 0);
+                else
+                        h = sr.head;
+        }
+        if (r == 0 && db_get(st, st->tags, tag, strlen(tag), &v) == 0)
+                r = -NTFS_ETAGEXISTS;
+        /* A tag may not shadow a session name either (refs resolve tags first). */
+        if (r == 0 && db_get(st, st->sess, tag, strlen(tag), &v) == 0)
+                r = -NTFS_ETAGEXISTS;
+        if (r == 0) {
+                struct tag_rec t = { .commit = h, .scope = scope, .created = ntfs_now_ns() };
+                snprintf(t.session, sizeof t.session, "%s", session);
+                r = db_put(st, st->tags, tag, strlen(tag), &t, sizeof t);
+        }
+        if (r == 0)
+                r = store_commit_locked(st, true);
+        if (r == 0 && ret)
+                *ret = h;
+        store_leave(st);
+        return r;
+}
+
+int ntfs_tag_get(ntfs_store *st, const char *tag, struct ntfs_tag_info *ret) {
+        if (!ntfs_name_valid(tag))
+                return -NTFS_EINVALNAME;
+        int r = store_enter(st);
+        if (r < 0)
+                return r;
+        MDB_val v;
+        r = db_get(st, st->tags, tag, strlen(tag), &v);
+        if (r == -ENOENT)
+                r = -NTFS_ENOREF;
+        else if (r == 0 && v.mv_size != sizeof(struct tag_rec))
+                r = -NTFS_ECORRUPT;
+        if (r == 0)
+                tag_info_from(tag, strlen(tag), v.mv_data, ret);
+        store_leave(st);
+        return r;
+}
+
+int ntfs_tag_delete(ntfs_store *st, const char *tag) {
+        if (!ntfs_name_valid(tag))
+                return -NTFS_EINVALNAME;
+        int r = store_enter(st);
+        if (r < 0)
+                return r;
+        r = db_del(st, st->tags, tag, strlen(tag));
+        if (r == -ENOENT)
+                r = -NTFS_ENOREF;
+        if (r == 0)
+                r = store_commit_locked(st, true);
+        store_leave(st);
+        return r;
+}
+
+int ntfs_tag_list(ntfs_store *st, const char *session, int (*cb)(const struct ntfs_tag_info *, void *),
+                  void *ud) {
+        int r = store_enter(st);
+        if (r < 0)
+                return r;
+        struct ntfs_tag_info *list = NULL;
+        size_t n = 0, cap = 0;
+        MDB_cursor *cur;
+        int rc = mdb_cursor_open(st->txn, st->tags, &cur);
+        if (rc)
+                r = lmdb_err(rc);
+        else {
+                MDB_val k, v;
+                for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+                     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+                        const struct tag_rec *t = v.mv_data;
+                        if (v.mv_size != sizeof *t || k.mv_size > NTFS_NAME_MAX)
+                                continue;
+                        if (session && t->scope == NTFS_TAG_SESSION && strcmp(t->session, session) != 0)
+                                continue;
+                        if (n == cap) {
+                                cap = cap ? cap * 2 : 16;
+                                struct ntfs_tag_info *nl = realloc(list, cap * sizeof *nl);
+                                if (!nl) {
+                                        r = -ENOMEM;
+                                        break;
+                                }
+                                list = nl;
+                        }
+                        tag_info_from(k.mv_data, k.mv_size, t, &list[n++]);
+                }
+                mdb_cursor_close(cur);
+        }
+        store_leave(st);
+        for (size_t i = 0; r == 0 && i < n; i++)
+                if (cb(&list[i], ud))
+                        break;
+        free(list);
+        return r;
+}
+
+int ntfs_store_stats(ntfs_store *st, struct ntfs_store_stats *ret) {
+        int r = store_enter(st);
+        if (r < 0)
+                return r;
+        MDB_stat s;
+        memset(ret, 0, sizeof *ret);
+        if (mdb_stat(st->txn, st->obj, &s) == 0)
+                ret->objects = s.ms_entries;
+        if (mdb_stat(st->txn, st->sess, &s) == 0)
+                ret->sessions = s.ms_entries;
+        if (mdb_stat(st->txn, st->tags, &s) == 0)
+                ret->tags = s.ms_entries;
+        MDB_envinfo info;
+        if (mdb_env_info(st->env, &info) == 0 && mdb_env_stat(st->env, &s) == 0) {
+                ret->map_bytes = info.me_mapsize;
+                ret->used_bytes = (uint64_t)(info.me_last_pgno + 1) * s.ms_psize;
+        }
+        store_leave(st);
+        return 0;
+}

@@ -1,0 +1,305 @@
+/* SPDX-License-Identifier: MIT
+ * store.h — the versioned store: one LMDB environment per store directory.
+ *
+ * Objects are content-addressed (SHA-256): 64 KiB file chunks, file objects
+ * (chunk lists), trees, link tables and commits. A *session* is a named,
+ * mutable branch: a head commit plus a live working state (the "workspace")
+ * that a filesystem reads and writes through the ntfs_ws_* calls below.
+ *
+ * Threading: an ntfs_store is safe to use from any number of threads. Every
+ * call takes the store's one lock for its duration; calls are short (the
+ * expensive ones — checkpoint, diff, gc, fsck — scale with what changed or
+ * what is reachable, see docs/store.md).
+ *
+ * Errors: every function returns 0 (or a count) on success, a negative errno
+ * or -NTFS_E* (common/err.h) on failure. Outputs (ret_*) are written only on
+ * success. Nothing here prints or exits.
+ *
+ * Durability: writes are batched into LMDB transactions. ntfs_checkpoint(),
+ * ntfs_ws_fsync(), ntfs_store_flush(.., true) and every ref change (fork,
+ * tag, rollback, session create/end) return only when durable. Other working
+ * state writes become durable within NTFS_STORE_FLUSH_MS or at the next of
+ * those calls; after kill -9 the store reopens at the last durable batch.
+ */
+#ifndef NTFS_FS_STORE_H
+#define NTFS_FS_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "common/util.h"
+
+typedef struct ntfs_store ntfs_store;
+typedef struct ntfs_ws ntfs_ws;
+
+typedef struct {
+        uint8_t b[NTFS_HASH_LEN];
+} ntfs_hash;
+
+#define NTFS_CHUNK_SIZE (64 * 1024)
+#define NTFS_SHORT_ID_MIN 7
+#define NTFS_STORE_FLUSH_MS 200
+#define NTFS_ROOT_INO 1
+
+struct ntfs_store_opts {
+        uint64_t initial_map_bytes; /* 0: default (8 GiB, sparse; grows by doubling) */
+        uint64_t reserve_bytes;     /* free disk kept back before writes get ENOSPC; 0: 64 MiB */
+        bool no_flusher;            /* tests: no background flush thread */
+};
+
+/* Opens (creating when missing) the store in dir. Takes an exclusive lock on
+ * dir/lock: a second opener gets -NTFS_ESTOREBUSY. Cleans up the working
+ * states of ended sessions, rolled-past states and read-only views left by
+ * a previous process. */
+int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_store **ret);
+/* Flushes durably and closes. Open ntfs_ws handles must be closed first. */
+void ntfs_store_close(ntfs_store *st);
+/* Commits batched writes; with durable, also fsyncs. */
+int ntfs_store_flush(ntfs_store *st, bool durable);
+const char *ntfs_store_dir(const ntfs_store *st);
+
+/* ---- hashes and refs ------------------------------------------------- */
+
+bool ntfs_hash_is_zero(const ntfs_hash *h);
+void ntfs_hash_hex(const ntfs_hash *h, char out[NTFS_HEX_LEN + 1]);
+/* The shortest unique prefix of a commit id, at least NTFS_SHORT_ID_MIN. */
+int ntfs_short_id(ntfs_store *st, const ntfs_hash *commit, char out[NTFS_HEX_LEN + 1]);
+
+/* Resolves ref to a commit id. ref is, in order of precedence: a tag name,
+ * a session name (its head), "SESSION~N" (N first-parent steps back), a full
+ * 64-hex commit id, or a unique hex prefix of at least 4 digits.
+ * -NTFS_ENOREF if nothing matches; -NTFS_EAMBIGUOUS for an ambiguous prefix,
+ * with the candidates' short ids (comma separated) in ambig if non-NULL. */
+int ntfs_resolve(ntfs_store *st, const char *ref, ntfs_hash *ret, char *ambig, size_t ambig_len);
+
+/* ---- commits ---------------------------------------------------------- */
+
+struct ntfs_commit_info {
+        ntfs_hash id;
+        ntfs_hash tree;   /* root tree */
+        ntfs_hash parents[2];
+        int nparents;
+        int64_t time_ns;
+        char message[1024];
+        char effect[128]; /* effect id that produced it, "" if none */
+        char session[NTFS_NAME_MAX + 1];
+        uint64_t bytes;   /* bytes of file content in the workspace */
+        uint64_t inodes;  /* files, dirs, links, ... */
+};
+
+int ntfs_commit_get(ntfs_store *st, const ntfs_hash *id, struct ntfs_commit_info *ret);
+
+/* ---- sessions --------------------------------------------------------- */
+
+struct ntfs_session_info {
+        char name[NTFS_NAME_MAX + 1];
+        ntfs_hash head;
+        ntfs_hash floor;   /* first commit: rollback --steps stops here */
+        int64_t created_ns;
+        bool dirty;        /* working state may differ from head */
+        uint64_t bytes, inodes;             /* current usage */
+        uint64_t quota_bytes, quota_inodes; /* 0 = unlimited */
+        uint32_t mounts;   /* open ntfs_ws handles */
+};
+
+/* Creates session name. from: NULL (empty workspace), or a ref
+ * (session, tag, commit) whose state it starts from (a fork). */
+int ntfs_session_create(ntfs_store *st, const char *name, const char *from, ntfs_hash *ret_head);
+/* Ends a session: deletes it and its session-scoped tags; its commits stay
+ * until gc. -EBUSY while a workspace handle on it is open. */
+int ntfs_session_end(ntfs_store *st, const char *name);
+int ntfs_session_get(ntfs_store *st, const char *name, struct ntfs_session_info *ret);
+/* Calls cb for each session in name order; cb returning non-zero stops. */
+int ntfs_session_list(ntfs_store *st, int (*cb)(const struct ntfs_session_info *, void *), void *ud);
+int ntfs_session_set_quota(ntfs_store *st, const char *name, uint64_t bytes, uint64_t inodes);
+
+/* Checkpoint: commits the working state of session name. Cost grows with
+ * what changed since the last checkpoint (and tree depth), not workspace
+ * size. When nothing changed, returns the head and sets *ret_changed false
+ * (no commit is made). message and effect may be NULL. Durable on return. */
+int ntfs_checkpoint(ntfs_store *st, const char *name, const char *message, const char *effect,
+                    ntfs_hash *ret, bool *ret_changed);
+
+/* Fork: new session newname starting from src (a session — including its
+ * uncommitted working state —, a tag or a commit). Constant time (plus
+ * serializing src's uncommitted changes, if any). */
+int ntfs_fork(ntfs_store *st, const char *src, const char *newname, ntfs_hash *ret_head);
+
+/* Rollback: points session name at a commit, discarding its working state.
+ * to: a ref (commit, tag); or NULL with steps >= 0 (N first-parent steps
+ * back from head; -NTFS_EFLOOR below the session's first commit).
+ * Constant time; the commit rolled past stays in the reflog until gc. */
+int ntfs_rollback(ntfs_store *st, const char *name, const char *to, int steps, ntfs_hash *ret);
+
+/* history: walks first-parent history from head; cb non-zero stops. */
+int ntfs_history(ntfs_store *st, const char *name, size_t max,
+             int (*cb)(const struct ntfs_commit_info *, void *), void *ud);
+
+struct ntfs_reflog_entry {
+        uint64_t seq;
+        ntfs_hash old_head, new_head;
+        int64_t time_ns;
+        char op[32]; /* "create", "checkpoint", "rollback", "fork" */
+};
+int ntfs_reflog(ntfs_store *st, const char *name, int (*cb)(const struct ntfs_reflog_entry *, void *),
+                void *ud);
+
+/* ---- tags ------------------------------------------------------------- */
+
+enum ntfs_tag_scope { NTFS_TAG_SESSION = 0, NTFS_TAG_STORE = 1 };
+struct ntfs_tag_info {
+        char name[NTFS_NAME_MAX + 1];
+        ntfs_hash commit;
+        enum ntfs_tag_scope scope;
+        char session[NTFS_NAME_MAX + 1];
+        int64_t created_ns;
+};
+/* Tags never move: an existing name is -NTFS_ETAGEXISTS. at: NULL = head
+ * of session (checkpointing nothing; tag the head commit). */
+int ntfs_tag_create(ntfs_store *st, const char *session, const char *tag, const char *at,
+                    enum ntfs_tag_scope scope, ntfs_hash *ret);
+int ntfs_tag_get(ntfs_store *st, const char *tag, struct ntfs_tag_info *ret);
+int ntfs_tag_delete(ntfs_store *st, const char *tag);
+/* session NULL: all tags; else tags of that session plus store tags. */
+int ntfs_tag_list(ntfs_store *st, const char *session, int (*cb)(const struct ntfs_tag_info *, void *),
+                  void *ud);
+
+/* ---- diff ------------------------------------------------------------- */
+
+enum ntfs_diff_kind {
+        NTFS_DIFF_ADDED = 'A',
+        NTFS_DIFF_DELETED = 'D',
+        NTFS_DIFF_MODIFIED = 'M', /* content */
+        NTFS_DIFF_TYPE = 'T',     /* type changed (file <-> dir <-> symlink ...) */
+        NTFS_DIFF_MODE = 'P',     /* only mode/owner/xattrs changed */
+};
+struct ntfs_diff_entry {
+        const char *path; /* relative, no leading slash; valid during the callback */
+        enum ntfs_diff_kind kind;
+        uint32_t old_mode, new_mode; /* 0 when absent */
+        uint64_t old_size, new_size;
+};
+/* Compares commit from with commit to, or with the working state of session
+ * to_session when to is NULL. Cost grows with what differs. */
+int ntfs_diff(ntfs_store *st, const char *from, const char *to, const char *to_session,
+              int (*cb)(const struct ntfs_diff_entry *, void *), void *ud);
+
+/* ---- gc and fsck ------------------------------------------------------ */
+
+struct ntfs_gc_stats {
+        uint64_t objects_before, objects_freed, bytes_freed, states_freed;
+};
+/* Mark and sweep from sessions (heads, reflogs, working states), tags,
+ * views and the extra roots (commits the journal pins). */
+int ntfs_gc(ntfs_store *st, const ntfs_hash *extra_roots, size_t n_extra, struct ntfs_gc_stats *ret);
+
+struct ntfs_fsck_stats {
+        uint64_t objects_checked, commits, problems;
+};
+/* Verifies every reachable object's hash, encoding and references. cb gets
+ * one line per problem. Returns 0 when clean, -NTFS_ECORRUPT otherwise. */
+int ntfs_fsck(ntfs_store *st, void (*cb)(const char *problem, void *), void *ud, struct ntfs_fsck_stats *ret);
+
+/* Store-wide counts for status. */
+struct ntfs_store_stats {
+        uint64_t objects, sessions, tags, map_bytes, used_bytes;
+};
+int ntfs_store_stats(ntfs_store *st, struct ntfs_store_stats *ret);
+
+/* ---- the working state (used by the FUSE layer) ------------------------
+ *
+ * An ntfs_ws is a handle on a session's live working state (read-write) or
+ * on a commit (a read-only view: writes fail with -EROFS). Inode numbers
+ * are stable while the state is not replaced; the root is NTFS_ROOT_INO.
+ * When a rollback replaces the state under an open handle, later calls on
+ * inode numbers of the old state fail with -ESTALE, the root shows the new
+ * state at once, and the invalidate callback (if set) runs after the
+ * store's lock is released, so the caller can drop kernel caches.
+ */
+
+struct ntfs_attr {
+        uint64_t ino;
+        uint32_t mode, uid, gid, nlink;
+        uint64_t size, blocks, rdev;
+        struct timespec atime, mtime, ctime;
+};
+
+enum {
+        NTFS_SET_MODE = 1 << 0,
+        NTFS_SET_UID = 1 << 1,
+        NTFS_SET_GID = 1 << 2,
+        NTFS_SET_SIZE = 1 << 3,
+        NTFS_SET_ATIME = 1 << 4,
+        NTFS_SET_MTIME = 1 << 5,
+        NTFS_SET_ATIME_NOW = 1 << 6,
+        NTFS_SET_MTIME_NOW = 1 << 7,
+        NTFS_SET_CTIME = 1 << 8,
+};
+
+int ntfs_ws_open(ntfs_store *st, const char *session, ntfs_ws **ret);
+int ntfs_ws_open_view(ntfs_store *st, const char *ref, ntfs_ws **ret);
+void ntfs_ws_close(ntfs_ws *ws);
+bool ntfs_ws_readonly(const ntfs_ws *ws);
+/* Called (without the store lock held) after the state was replaced. */
+void ntfs_ws_set_invalidate_cb(ntfs_ws *ws, void (*cb)(ntfs_ws *, void *), void *ud);
+/* Incremented each time the state is replaced (rollback). */
+uint64_t ntfs_ws_generation(ntfs_ws *ws);
+const char *ntfs_ws_session(const ntfs_ws *ws); /* NULL for a view */
+
+int ntfs_ws_lookup(ntfs_ws *ws, uint64_t parent, const char *name, struct ntfs_attr *ret);
+int ntfs_ws_getattr(ntfs_ws *ws, uint64_t ino, struct ntfs_attr *ret);
+int ntfs_ws_setattr(ntfs_ws *ws, uint64_t ino, const struct ntfs_attr *in, unsigned to_set,
+                    struct ntfs_attr *ret);
+/* Regular files, fifos, sockets and device nodes (mode carries the type). */
+int ntfs_ws_mknod(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t mode, uint64_t rdev, uint32_t uid,
+                  uint32_t gid, struct ntfs_attr *ret);
+int ntfs_ws_mkdir(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
+                  struct ntfs_attr *ret);
+int ntfs_ws_symlink(ntfs_ws *ws, uint64_t parent, const char *name, const char *target, uint32_t uid,
+                    uint32_t gid, struct ntfs_attr *ret);
+/* Copies the target (not NUL-terminated) into buf; returns its length
+ * (truncated to size). */
+ssize_t ntfs_ws_readlink(ntfs_ws *ws, uint64_t ino, char *buf, size_t size);
+int ntfs_ws_unlink(ntfs_ws *ws, uint64_t parent, const char *name);
+int ntfs_ws_rmdir(ntfs_ws *ws, uint64_t parent, const char *name);
+/* flags: 0, RENAME_NOREPLACE or RENAME_EXCHANGE. */
+int ntfs_ws_rename(ntfs_ws *ws, uint64_t parent, const char *name, uint64_t newparent, const char *newname,
+                   unsigned flags);
+int ntfs_ws_link(ntfs_ws *ws, uint64_t ino, uint64_t newparent, const char *newname, struct ntfs_attr *ret);
+ssize_t ntfs_ws_read(ntfs_ws *ws, uint64_t ino, void *buf, size_t size, uint64_t off);
+/* Writes size bytes at off (append: off is ignored, writes at the end).
+ * Returns bytes written. Updates mtime/ctime, clears setuid/setgid. */
+ssize_t ntfs_ws_write(ntfs_ws *ws, uint64_t ino, const void *buf, size_t size, uint64_t off, bool append);
+/* mode 0 only (allocate/extend); others -EOPNOTSUPP. */
+int ntfs_ws_fallocate(ntfs_ws *ws, uint64_t ino, int mode, uint64_t off, uint64_t len);
+
+/* Directory listing in a stable order (by a 63-bit hash of the name) whose
+ * cookies survive concurrent changes: entries not added or removed during
+ * the listing are returned exactly once. Start with cookie 0; cb gets each
+ * entry and the cookie that resumes after it; cb returning non-zero stops
+ * (that entry is not consumed). "." and ".." are not included. With plus,
+ * each entry is looked up (attr filled); otherwise only attr->ino and
+ * attr->mode's type bits are set. */
+int ntfs_ws_readdir(ntfs_ws *ws, uint64_t ino, uint64_t cookie, bool plus,
+                    int (*cb)(const char *name, const struct ntfs_attr *attr, uint64_t next_cookie, void *),
+                    void *ud);
+
+/* flags: 0, XATTR_CREATE or XATTR_REPLACE. getxattr/listxattr return the
+ * value's / list's length; with size 0 only the length. */
+int ntfs_ws_setxattr(ntfs_ws *ws, uint64_t ino, const char *name, const void *value, size_t size, int flags);
+ssize_t ntfs_ws_getxattr(ntfs_ws *ws, uint64_t ino, const char *name, void *buf, size_t size);
+ssize_t ntfs_ws_listxattr(ntfs_ws *ws, uint64_t ino, char *buf, size_t size);
+int ntfs_ws_removexattr(ntfs_ws *ws, uint64_t ino, const char *name);
+
+int ntfs_ws_statfs(ntfs_ws *ws, struct statvfs *ret);
+/* Makes every write so far durable. */
+int ntfs_ws_fsync(ntfs_ws *ws);
+/* The kernel forgot ino: an unlinked inode with no names left is freed. */
+void ntfs_ws_forget(ntfs_ws *ws, uint64_t ino);
+
+#endif

@@ -1,0 +1,1792 @@
+/* SPDX-License-Identifier: MIT
+ * ws.c — the live working state of a session, as a filesystem sees it.
+ *
+ * A working state (wsid) is an overlay on the trees of a commit: inode
+ * records are created lazily, the first time a name is looked up
+ * ("materialized"), so opening, forking and rolling back cost nothing per
+ * file. Directory entries added, replaced or removed since the base tree
+ * live in the dent database (a removal of a base entry is a whiteout, ino
+ * 0); file chunks written since the base file object live in the chunk
+ * database. Every change marks the inode and its ancestors dirty, which is
+ * what checkpoint.c serializes.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <linux/fs.h>
+
+#include "common/cleanup.h"
+#include "common/err.h"
+#include "common/fault.h"
+#include "fs/store-internal.h"
+#include "common/banned.h"
+
+#define XATTR_VALUE_MAX (64 * 1024)
+#define XATTR_LIST_MAX_BYTES (64 * 1024)
+
+/* ---- keys -------------------------------------------------------------------- */
+
+static void key2(uint8_t *k, uint64_t a, uint64_t b) {
+        ntfs_put_be64(k, a);
+        ntfs_put_be64(k + 8, b);
+}
+
+struct dent_val {
+        uint64_t ino; /* 0: whiteout of a base entry */
+        uint32_t mode;
+        uint32_t pad;
+};
+
+static size_t dent_key(uint8_t *k, uint64_t wsid, uint64_t dir, uint64_t h, const char *name, size_t nl) {
+        ntfs_put_be64(k, wsid);
+        ntfs_put_be64(k + 8, dir);
+        ntfs_put_be64(k + 16, h);
+        memcpy(k + 24, name, nl);
+        return 24 + nl;
+}
+
+/* The working-state header (ino 0): the link table its inodes are based on. */
+struct ws_hdr {
+        ntfs_hash links;
+        uint64_t view_next_ino;
+};
+
+int ino_get(ntfs_store *st, uint64_t wsid, uint64_t ino, struct ino_rec *ret) {
+        uint8_t k[16];
+        key2(k, wsid, ino);
+        MDB_val v;
+        int r = db_get(st, st->ino, k, 16, &v);
+        if (r == -ENOENT)
+                return -ESTALE;
+        if (r < 0)
+                return r;
+        if (v.mv_size != sizeof *ret)
+                return -NTFS_ECORRUPT;
+        memcpy(ret, v.mv_data, sizeof *ret);
+        return 0;
+}
+
+int ino_put(ntfs_store *st, uint64_t wsid, uint64_t ino, const struct ino_rec *r) {
+        uint8_t k[16];
+        key2(k, wsid, ino);
+        return db_put(st, st->ino, k, 16, r, sizeof *r);
+}
+
+static int hdr_get(ntfs_store *st, uint64_t wsid, struct ws_hdr *ret) {
+        uint8_t k[16];
+        key2(k, wsid, 0);
+        MDB_val v;
+        int r = db_get(st, st->ino, k, 16, &v);
+        if (r < 0)
+                return r == -ENOENT ? -ESTALE : r;
+        if (v.mv_size != sizeof *ret)
+                return -NTFS_ECORRUPT;
+        memcpy(ret, v.mv_data, sizeof *ret);
+        return 0;
+}
+
+static int hdr_put(ntfs_store *st, uint64_t wsid, const struct ws_hdr *h) {
+        uint8_t k[16];
+        key2(k, wsid, 0);
+        return db_put(st, st->ino, k, 16, h, sizeof *h);
+}
+
+void ino_from_entry(const struct tree_entry *e, struct ino_rec *r) {
+        memset(r, 0, sizeof *r);
+        r->mode = e->mode;
+        r->uid = e->uid;
+        r->gid = e->gid;
+        r->nlink = e->nlink ? e->nlink : 1;
+        r->size = e->size;
+        r->rdev = e->rdev;
+        r->mtime = r->ctime = r->atime = e->mtime;
+        r->base = e->content;
+        r->xattr = e->xattr;
+        r->linkid = e->linkid;
+        r->base_nchunks = S_ISREG(e->mode) ? (uint32_t)((e->size + NTFS_CHUNK_SIZE - 1) / NTFS_CHUNK_SIZE) : 0;
+}
+
+int ws_init_from_commit(ntfs_store *st, uint64_t wsid, const struct commit_obj *c) {
+        struct ino_rec root;
+        ino_from_entry(&c->root, &root);
+        root.parent = 0;
+        root.linkid = 0;
+        struct ws_hdr h = { .links = c->links, .view_next_ino = NTFS_ROOT_INO + 1 };
+        int r = hdr_put(st, wsid, &h);
+        if (r == 0)
+                r = ino_put(st, wsid, NTFS_ROOT_INO, &root);
+        return r;
+}
+
+/* ---- per-call context ------------------------------------------------------------ */
+
+struct ctx {
+        ntfs_store *st;
+        ntfs_ws *ws;
+        uint64_t wsid;
+        struct sess_rec sr; /* sessions only */
+        bool sr_changed;
+};
+
+static int ctx_enter(ntfs_ws *ws, struct ctx *c, bool write) {
+        c->st = ws->st;
+        c->ws = ws;
+        c->sr_changed = false;
+        int r = store_enter(ws->st);
+        if (r < 0)
+                return r;
+        c->wsid = ws->wsid;
+        if (write && ws->readonly) {
+                store_leave(ws->st);
+                return -EROFS;
+        }
+        if (ws->session) {
+                r = sess_get(ws->st, ws->session, &c->sr);
+                if (r < 0) {
+                        store_leave(ws->st);
+                        return r == -NTFS_ENOSESSION ? -ESTALE : r;
+                }
+        }
+        return 0;
+}
+
+static int ctx_leave(struct ctx *c, int r) {
+        if (r >= 0 && c->sr_changed && c->ws->session) {
+                int r2 = sess_put(c->st, c->ws->session, &c->sr);
+                if (r2 < 0)
+                        r = r2;
+        }
+        store_leave(c->st);
+        return r;
+}
+
+static uint64_t ino_alloc(struct ctx *c) {
+        if (c->ws->session) {
+                c->sr_changed = true;
+                return c->sr.next_ino++;
+        }
+        return c->ws->view_next_ino++;
+}
+
+static int64_t now_ns(void) { return ntfs_now_ns(); }
+
+static void attr_from(uint64_t ino, const struct ino_rec *r, struct ntfs_attr *a) {
+        memset(a, 0, sizeof *a);
+        a->ino = ino;
+        a->mode = r->mode;
+        a->uid = r->uid;
+        a->gid = r->gid;
+        a->nlink = r->nlink;
+        a->size = r->size;
+        a->rdev = r->rdev;
+        a->blocks = S_ISDIR(r->mode) ? 8 : (r->size + 511) / 512;
+        a->atime.tv_sec = r->atime / 1000000000LL;
+        a->atime.tv_nsec = r->atime % 1000000000LL;
+        a->mtime.tv_sec = r->mtime / 1000000000LL;
+        a->mtime.tv_nsec = r->mtime % 1000000000LL;
+        a->ctime.tv_sec = r->ctime / 1000000000LL;
+        a->ctime.tv_nsec = r->ctime % 1000000000LL;
+}
+
+/* Marks ino dirty and every ancestor up to the first one already dirty.
+ * Members of hard-link groups keep their content in the link table, so they
+ * go to the dlink set; the root is marked so that a change is seen. */
+static int mark_dirty(struct ctx *c, uint64_t ino, struct ino_rec *rec) {
+        rec->flags |= INO_DIRTY;
+        int r = ino_put(c->st, c->wsid, ino, rec);
+        if (r < 0)
+                return r;
+        uint64_t p = rec->parent;
+        if (rec->linkid) {
+                uint8_t k[16];
+                key2(k, c->wsid, ino);
+                if ((r = db_put(c->st, c->st->dlink, k, 16, "", 0)) < 0)
+                        return r;
+                p = NTFS_ROOT_INO;
+                if (ino == NTFS_ROOT_INO)
+                        return 0;
+        }
+        while (p) {
+                struct ino_rec pr;
+                if ((r = ino_get(c->st, c->wsid, p, &pr)) < 0)
+                        return r;
+                if (pr.flags & INO_DIRTY)
+                        break;
+                pr.flags |= INO_DIRTY;
+                if ((r = ino_put(c->st, c->wsid, p, &pr)) < 0)
+                        return r;
+                p = pr.parent;
+        }
+        return 0;
+}
+
+static bool name_ok(const char *name) {
+        size_t n = strnlen(name, NTFS_NAME_MAX + 1);
+        return n > 0 && n <= NTFS_NAME_MAX && !strchr(name, '/') && strcmp(name, ".") != 0 &&
+               strcmp(name, "..") != 0;
+}
+
+static int check_name(const char *name) {
+        if (strnlen(name, NTFS_NAME_MAX + 1) > NTFS_NAME_MAX)
+                return -ENAMETOOLONG;
+        return name_ok(name) ? 0 : -EINVAL;
+}
+
+/* ---- link table ------------------------------------------------------------------- */
+
+static int link_entry(struct ctx *c, uint64_t linkid, struct tree_entry *ret) {
+        struct ws_hdr h;
+        int r = hdr_get(c->st, c->wsid, &h);
+        if (r < 0)
+                return r;
+        if (ntfs_hash_is_zero(&h.links))
+                return -NTFS_ECORRUPT;
+        MDB_val v;
+        if ((r = obj_get_typed(c->st, &h.links, OBJ_LINKS, &v)) < 0)
+                return r;
+        struct tree_view tv;
+        if ((r = tree_view_init(&tv, v.mv_data, v.mv_size)) < 0)
+                return r;
+        uint32_t lo = 0, hi = tv.count;
+        while (lo < hi) {
+                uint32_t mid = lo + (hi - lo) / 2;
+                struct tree_entry e;
+                if ((r = tree_view_get(&tv, mid, &e)) < 0)
+                        return r;
+                if (e.linkid == linkid) {
+                        *ret = e;
+                        return 0;
+                }
+                if (e.linkid < linkid)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return -NTFS_ECORRUPT;
+}
+
+/* ---- lookup and materialization ---------------------------------------------------- */
+
+/* Finds name in directory dir. Returns 0 and the child's ino + record;
+ * -ENOENT when absent. Materializes base entries. */
+static int child_get(struct ctx *c, uint64_t dir, const struct ino_rec *drec, const char *name,
+                     uint64_t *ret_ino, struct ino_rec *ret) {
+        size_t nl = strlen(name);
+        uint64_t h = name_hash(name, nl);
+        uint8_t k[24 + NTFS_NAME_MAX];
+        size_t kl = dent_key(k, c->wsid, dir, h, name, nl);
+        MDB_val v;
+        int r = db_get(c->st, c->st->dent, k, kl, &v);
+        if (r == 0) {
+                if (v.mv_size != sizeof(struct dent_val))
+                        return -NTFS_ECORRUPT;
+                struct dent_val dv;
+                memcpy(&dv, v.mv_data, sizeof dv);
+                if (dv.ino == 0)
+                        return -ENOENT;
+                *ret_ino = dv.ino;
+                return ino_get(c->st, c->wsid, dv.ino, ret);
+        }
+        if (r != -ENOENT)
+                return r;
+        if (ntfs_hash_is_zero(&drec->base))
+                return -ENOENT;
+        MDB_val tv_val;
+        if ((r = obj_get_typed(c->st, &drec->base, OBJ_TREE, &tv_val)) < 0)
+                return r;
+        struct tree_view tv;
+        if ((r = tree_view_init(&tv, tv_val.mv_data, tv_val.mv_size)) < 0)
+                return r;
+        uint32_t i = tree_view_seek(&tv, h, name, nl);
+        if (i >= tv.count)
+                return -ENOENT;
+        struct tree_entry e;
+        if ((r = tree_view_get(&tv, i, &e)) < 0)
+                return r;
+        if (e.h != h || e.namelen != nl || memcmp(e.name, name, nl) != 0)
+                return -ENOENT;
+        /* materialize */
+        uint64_t ino = 0;
+        struct ino_rec rec;
+        if (e.linkid) {
+                uint8_t lk[16];
+                key2(lk, c->wsid, e.linkid);
+                MDB_val lv;
+                r = db_get(c->st, c->st->lmap, lk, 16, &lv);
+                if (r == 0 && lv.mv_size == 8) {
+                        memcpy(&ino, lv.mv_data, 8);
+                        if ((r = ino_get(c->st, c->wsid, ino, &rec)) < 0)
+                                return r;
+                } else if (r == -ENOENT || r == 0) {
+                        struct tree_entry le;
+                        if ((r = link_entry(c, e.linkid, &le)) < 0)
+                                return r;
+                        ino_from_entry(&le, &rec);
+                        rec.linkid = e.linkid;
+                        ino = ino_alloc(c);
+                        if ((r = ino_put(c->st, c->wsid, ino, &rec)) < 0)
+                                return r;
+                        if ((r = db_put(c->st, c->st->lmap, lk, 16, &ino, 8)) < 0)
+                                return r;
+                } else
+                        return r;
+        } else {
+                ino_from_entry(&e, &rec);
+                rec.parent = dir;
+                ino = ino_alloc(c);
+                if ((r = ino_put(c->st, c->wsid, ino, &rec)) < 0)
+                        return r;
+        }
+        struct dent_val dv = { .ino = ino, .mode = rec.mode };
+        if ((r = db_put(c->st, c->st->dent, k, kl, &dv, sizeof dv)) < 0)
+                return r;
+        *ret_ino = ino;
+        *ret = rec;
+        return 0;
+}
+
+/* Does the base tree of dir hold name? (then removal needs a whiteout) */
+static int base_has(struct ctx *c, const struct ino_rec *drec, const char *name, bool *ret) {
+        *ret = false;
+        if (ntfs_hash_is_zero(&drec->base))
+                return 0;
+        MDB_val v;
+        int r = obj_get_typed(c->st, &drec->base, OBJ_TREE, &v);
+        if (r < 0)
+                return r;
+        struct tree_view tv;
+        if ((r = tree_view_init(&tv, v.mv_data, v.mv_size)) < 0)
+                return r;
+        size_t nl = strlen(name);
+        uint64_t h = name_hash(name, nl);
+        uint32_t i = tree_view_seek(&tv, h, name, nl);
+        if (i < tv.count) {
+                struct tree_entry e;
+                if ((r = tree_view_get(&tv, i, &e)) < 0)
+                        return r;
+                *ret = e.h == h && e.namelen == nl && memcmp(e.name, name, nl) == 0;
+        }
+        return 0;
+}
+
+static int dent_set(struct ctx *c, uint64_t dir, const char *name, uint64_t ino, uint32_t mode) {
+        size_t nl = strlen(name);
+        uint8_t k[24 + NTFS_NAME_MAX];
+        size_t kl = dent_key(k, c->wsid, dir, name_hash(name, nl), name, nl);
+        struct dent_val dv = { .ino = ino, .mode = mode };
+        return db_put(c->st, c->st->dent, k, kl, &dv, sizeof dv);
+}
+
+/* Removes name from dir: a whiteout when the base has it, else deletion. */
+static int dent_remove(struct ctx *c, uint64_t dir, const struct ino_rec *drec, const char *name) {
+        bool in_base;
+        int r = base_has(c, drec, name, &in_base);
+        if (r < 0)
+                return r;
+        if (in_base)
+                return dent_set(c, dir, name, 0, 0);
+        size_t nl = strlen(name);
+        uint8_t k[24 + NTFS_NAME_MAX];
+        size_t kl = dent_key(k, c->wsid, dir, name_hash(name, nl), name, nl);
+        r = db_del(c->st, c->st->dent, k, kl);
+        return r == -ENOENT ? 0 : r;
+}
+
+static int dir_get(struct ctx *c, uint64_t ino, struct ino_rec *ret) {
+        int r = ino_get(c->st, c->wsid, ino, ret);
+        if (r < 0)
+                return r;
+        if (!S_ISDIR(ret->mode))
+                return -ENOTDIR;
+        if (ret->nlink == 0)
+                return -ENOENT;
+        return 0;
+}
+
+/* ---- public: handles ---------------------------------------------------------------- */
+
+static int ws_new(ntfs_store *st, ntfs_ws **ret) {
+        ntfs_ws *ws = calloc(1, sizeof *ws);
+        if (!ws)
+                return -ENOMEM;
+        ws->st = st;
+        *ret = ws;
+        return 0;
+}
+
+/* Purges inodes that were unlinked while open by a previous mount. */
+static int purge_orphans(ntfs_store *st, uint64_t wsid);
+
+int ntfs_ws_open(ntfs_store *st, const char *session, ntfs_ws **ret) {
+        if (!ntfs_name_valid(session))
+                return -NTFS_EINVALNAME;
+        ntfs_ws *ws;
+        int r = ws_new(st, &ws);
+        if (r < 0)
+                return r;
+        ws->session = strdup(session);
+        if (!ws->session) {
+                free(ws);
+                return -ENOMEM;
+        }
+        if ((r = store_enter(st)) < 0) {
+                free(ws->session);
+                free(ws);
+                return r;
+        }
+        struct sess_rec sr;
+        r = sess_get(st, session, &sr);
+        if (r == 0)
+                r = purge_orphans(st, sr.wsid);
+        if (r == 0) {
+                ws->wsid = sr.wsid;
+                ws->next = st->wss;
+                st->wss = ws;
+                *ret = ws;
+        }
+        store_leave(st);
+        if (r < 0) {
+                free(ws->session);
+                free(ws);
+        }
+        return r;
+}
+
+int ntfs_ws_open_view(ntfs_store *st, const char *ref, ntfs_ws **ret) {
+        ntfs_ws *ws;
+        int r = ws_new(st, &ws);
+        if (r < 0)
+                return r;
+        ws->readonly = true;
+        if ((r = store_enter(st)) < 0) {
+                free(ws);
+                return r;
+        }
+        struct commit_obj c;
+        r = resolve_locked(st, ref, &ws->view_commit, NULL, 0);
+        if (r == 0)
+                r = commit_load(st, &ws->view_commit, &c);
+        if (r == 0) {
+                ws->wsid = wsid_alloc(st);
+                if (!ws->wsid)
+                        r = -EIO;
+        }
+        if (r == 0)
+                r = ws_init_from_commit(st, ws->wsid, &c);
+        if (r == 0) {
+                uint8_t k[13];
+                memcpy(k, "view:", 5);
+                ntfs_put_be64(k + 5, ws->wsid);
+                r = db_put(st, st->meta, k, 13, "", 0);
+        }
+        if (r == 0) {
+                ws->view_next_ino = NTFS_ROOT_INO + 1;
+                ws->next = st->wss;
+                st->wss = ws;
+                *ret = ws;
+        }
+        store_leave(st);
+        if (r < 0)
+                free(ws);
+        return r;
+}
+
+void ntfs_ws_close(ntfs_ws *ws) {
+        if (!ws)
+                return;
+        ntfs_store *st = ws->st;
+        pthread_mutex_lock(&st->lock);
+        for (ntfs_ws **p = &st->wss; *p; p = &(*p)->next)
+                if (*p == ws) {
+                        *p = ws->next;
+                        break;
+                }
+        if (!ws->session && st->txn == NULL)
+                (void)0;
+        if (!ws->session) {
+                /* A view's records are ephemeral: retire them. */
+                if (!st->txn && mdb_txn_begin(st->env, NULL, 0, &st->txn) == 0) {
+                        st->txn_started = ntfs_mono_ns();
+                        st->txn_bytes = 0;
+                        st->txn_broken = false;
+                }
+                if (st->txn) {
+                        uint8_t k[13];
+                        memcpy(k, "view:", 5);
+                        ntfs_put_be64(k + 5, ws->wsid);
+                        (void)db_del(st, st->meta, k, 13);
+                        (void)wsid_retire(st, ws->wsid);
+                }
+        }
+        pthread_mutex_unlock(&st->lock);
+        free(ws->session);
+        free(ws);
+}
+
+bool ntfs_ws_readonly(const ntfs_ws *ws) { return ws->readonly; }
+const char *ntfs_ws_session(const ntfs_ws *ws) { return ws->session; }
+
+void ntfs_ws_set_invalidate_cb(ntfs_ws *ws, void (*cb)(ntfs_ws *, void *), void *ud) {
+        pthread_mutex_lock(&ws->st->lock);
+        ws->inval_cb = cb;
+        ws->inval_ud = ud;
+        pthread_mutex_unlock(&ws->st->lock);
+}
+
+uint64_t ntfs_ws_generation(ntfs_ws *ws) {
+        pthread_mutex_lock(&ws->st->lock);
+        uint64_t g = ws->generation;
+        pthread_mutex_unlock(&ws->st->lock);
+        return g;
+}
+
+/* ---- public: metadata ------------------------------------------------------------------ */
+
+int ntfs_ws_lookup(ntfs_ws *ws, uint64_t parent, const char *name, struct ntfs_attr *ret) {
+        struct ctx c;
+        int r = ctx_enter(ws, &c, false);
+        if (r < 0)
+                return r;
+        struct ino_rec d, rec;
+        uint64_t ino;
+        if (strnlen(name, NTFS_NAME_MAX + 1) > NTFS_NAME_MAX)
+                r = -ENAMETOOLONG;
+        if (r == 0)
+                r = dir_get(&c, parent, &d);
+        if (r == 0 && !name_ok(name))
+                r = -ENOENT;
+        if (r == 0)
+                r = child_get(&c, parent, &d, name, &ino, &rec);
+        if (r == 0)
+                attr_from(ino, &rec, ret);
+        return ctx_leave(&c, r);
+}
+
+int ntfs_ws_getattr(ntfs_ws *ws, uint64_t ino, struct ntfs_attr *ret) {
+        struct ctx c;
+        int r = ctx_enter(ws, &c, false);
+        if (r < 0)
+                return r;
+        struct ino_rec rec;
+        r = ino_get(c.st, c.wsid, ino, &rec);
+        if (r == 0)
+                attr_from(ino, &rec, ret);
+        return ctx_leave(&c, r);
+}
+
+/* ---- file content ------------------------------------------------------------------------ */
+
+static size_t chunk_len_in(uint64_t size, uint64_t idx) {
+        uint64_t start = idx * NTFS_CHUNK_SIZE;
+        if (size <= start)
+                return 0;
+        uint64_t n = size - start;
+        return n > NTFS_CHUNK_SIZE ? NTFS_CHUNK_SIZE : (size_t)n;
+}
+
+/* Copies chunk idx of a file into buf (NTFS_CHUNK_SIZE bytes; zero-filled
+ * past its stored data). */
+static int chunk_load(struct ctx *c, uint64_t ino, const struct ino_rec *rec, uint64_t idx, uint8_t *buf) {
+        uint8_t k[24];
+        key2(k, c->wsid, ino);
+        ntfs_put_be64(k + 16, idx);
+        MDB_val v;
+        int r = db_get(c->st, c->st->chunk, k, 24, &v);
+        if (r == 0) {
+                size_t n = v.mv_size > NTFS_CHUNK_SIZE ? NTFS_CHUNK_SIZE : v.mv_size;
+                memcpy(buf, v.mv_data, n);
+                memset(buf + n, 0, NTFS_CHUNK_SIZE - n);
+                return 0;
+        }
+        if (r != -ENOENT)
+                return r;
+        memset(buf, 0, NTFS_CHUNK_SIZE);
+        if (idx >= rec->base_nchunks || ntfs_hash_is_zero(&rec->base))
+                return 0;
+        MDB_val fv;
+        if ((r = obj_get_typed(c->st, &rec->base, OBJ_FILE, &fv)) < 0)
+                return r;
+        struct file_view f;
+        if ((r = file_view_init(&f, fv.mv_data, fv.mv_size)) < 0)
+                return r;
+        if (idx >= f.n)
+                return 0;
+        ntfs_hash h;
+        memcpy(h.b, f.hashes + idx * NTFS_HASH_LEN, NTFS_HASH_LEN);
+        if (ntfs_hash_is_zero(&h))
+                return 0;
+        MDB_val bv;
+        if ((r = obj_get_typed(c->st, &h, OBJ_BLOB, &bv)) < 0)
+                return r;
+        size_t n = bv.mv_size - 1;
+        if (n > NTFS_CHUNK_SIZE)
+                return -NTFS_ECORRUPT;
+        memcpy(buf, (const uint8_t *)bv.mv_data + 1, n);
+        return 0;
+}
+
+static int chunk_store(struct ctx *c, uint64_t ino, uint64_t idx, const uint8_t *buf, size_t len) {
+        uint8_t k[24];
+        key2(k, c->wsid, ino);
+        ntfs_put_be64(k + 16, idx);
+        return db_put(c->st, c->st->chunk, k, 24, buf, len);
+}
+
+static int check_space(struct ctx *c) {
+        ntfs_store *st = c->st;
+        if (++st->ops_since_space_check < 64 && !st->low_space)
+                return 0;
+        st->ops_since_space_check = 0;
+        struct statvfs sv;
+        if (statvfs(st->dir, &sv) < 0)
+                return 0;
+        uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+        st->low_space = avail < st->reserve_bytes + 2 * st->txn_bytes + (8u << 20);
+        return st->low_space ? -ENOSPC : 0;
+}
+
+static int quota_bytes(struct ctx *c, uint64_t oldsize, uint64_t newsize) {
+        if (!c->ws->session || newsize <= oldsize)
+                return 0;
+        if (c->sr.quota_bytes && c->sr.bytes + (newsize - oldsize) > c->sr.quota_bytes)
+                return -EDQUOT;
+        return 0;
+}
+
+static void account_size(struct ctx *c, uint64_t oldsize, uint64_t newsize) {
+        if (!c->ws->session)
+                return;
+        c->sr.bytes = c->sr.bytes + newsize - oldsize; /* wraps correctly for shrink */
+        c->sr_changed = true;
+}
+
+/* Changes a regular file's size; chunks past the end are dropped and the
+ * partial last chunk is zero-filled, so a later extension reads zeros. */
+static int do_truncate(struct ctx *c, uint64_t ino, struct ino_rec *rec, uint64_t size) {
+        if (size == rec->size)
+                return 0;
+        int r = quota_bytes(c, rec->size, size);
+        if (r < 0)
+                return r;
+        if (size < rec->size) {
+                uint64_t keep = (size + NTFS_CHUNK_SIZE - 1) / NTFS_CHUNK_SIZE;
+                /* drop overlay chunks >= keep */
+                uint8_t k[24];
+                key2(k, c->wsid, ino);
+                ntfs_put_be64(k + 16, keep);
+                MDB_cursor *cur;
+                int rc = mdb_cursor_open(c->st->txn, c->st->chunk, &cur);
+                if (rc)
+                        return lmdb_err(rc);
+                MDB_val kk = { 24, k }, v;
+                for (rc = mdb_cursor_get(cur, &kk, &v, MDB_SET_RANGE);
+                     rc == 0 && kk.mv_size == 24 && memcmp(kk.mv_data, k, 16) == 0;
+                     rc = mdb_cursor_get(cur, &kk, &v, MDB_SET_RANGE)) {
+                        rc = mdb_cursor_del(cur, 0);
+                        if (rc)
+                                break;
+                        kk.mv_size = 24;
+                        kk.mv_data = k;
+                }
+                mdb_cursor_close(cur);
+                if (rc && rc != MDB_NOTFOUND) {
+                        c->st->txn_broken = true;
+                        return lmdb_err(rc);
+                }
+                if (size % NTFS_CHUNK_SIZE) {
+                        uint64_t idx = size / NTFS_CHUNK_SIZE;
+                        _cleanup_free_ uint8_t *buf = malloc(NTFS_CHUNK_SIZE);
+                        if (!buf)
+                                return -ENOMEM;
+                        if ((r = chunk_load(c, ino, rec, idx, buf)) < 0)
+                                return r;
+                        if ((r = chunk_store(c, ino, idx, buf, size % NTFS_CHUNK_SIZE)) < 0)
+                                return r;
+                }
+                if (rec->base_nchunks > keep)
+                        rec->base_nchunks = (uint32_t)keep;
+        }
+        account_size(c, rec->size, size);
+        rec->size = size;
+        return 0;
+}
+
+ssize_t ntfs_ws_read(ntfs_ws *ws, uint64_t ino, void *buf, size_t size, uint64_t off) {
+        struct ctx c;
+        int r = ctx_enter(ws, &c, false);
+        if (r < 0)
+                return r;
+        struct ino_rec rec;
+        ssize_t done = 0;
+        r = ino_get(c.st, c.wsid, ino, &rec);
+        if (r == 0 && S_ISDIR(rec.mode))
+                r = -EISDIR;
+        else if (r == 0 && !S_ISREG(rec.mode))
+                r = -EINVAL;
+        if (r == 0 && off < rec.size) {
+                if (size > rec.size - off)
+                        size = (size_t)(rec.size - off);
+                _cleanup_free_ uint8_t *cb = malloc(NTFS_CHUNK_SIZE);
+                if (!cb)
+                        r = -ENOMEM;
+                while (r == 0 && (size_t)done < size) {
+                        uint64_t pos = off + (uint64_t)done;
+                        uint64_t idx = pos / NTFS_CHUNK_SIZE;
+                        size_t in = (size_t)(pos % NTFS_CHUNK_SIZE);
+                        size_t n = NTFS_CHUNK_SIZE - in;
+                        if (n > size - (size_t)done)
+                                n = size - (size_t)done;
+                        if ((r = chunk_load(&c, ino, &rec, idx, cb)) < 0)
+                                break;
+                        memcpy((uint8_t *)buf + done, cb + in, n);
+                        done += (ssize_t)n;
+                }
+        }
+        r = ctx_leave(&c, r);
+        return r < 0 ? r : done;
+}
+
+ssize_t ntfs_ws_write(ntfs_ws *ws, uint64_t ino, const void *buf, size_t size, uint64_t off, bool append) {
+        struct ctx c;
+        int r = ctx_enter(ws, &c, true);
+        if (r < 0)
+                return r;
+        struct ino_rec rec;
+        r = ino_get(c.st, c.wsid, ino, &rec);
+        if (r == 0 && S_ISDIR(rec.mode))
+                r = -EISDIR;
+        else if (r == 0 && !S_ISREG(rec.mode))
+                r = -EINVAL;
+        if (r == 0 && append)
+                off = rec.size;
+        if (r == 0 && (off > (1ull << 50) || size > (1ull << 50) - off))
+                r = -EFBIG;
+        if (r == 0)
+                r = check_space(&c);
+        uint64_t end = off + size;
+        if (r == 0 && end > rec.size)
+                r = quota_bytes(&c, rec.size, end);
+        size_t done = 0;
+        if (r == 0 && size > 0) {
+                _cleanup_free_ uint8_t *cb = malloc(NTFS_CHUNK_SIZE);
+                if (!cb)
+                        r = -ENOMEM;
+                uint64_t newsize = end > rec.size ? end : rec.size;
+                while (r == 0 && done < size) {
+                        uint64_t pos = off + done;
+                        uint64_t idx = pos / NTFS_CHUNK_SIZE;
+                        size_t in = (size_t)(pos % NTFS_CHUNK_SIZE);
+                        size_t n = NTFS_CHUNK_SIZE - in;
+                        if (n > size - done)
+                                n = size - done;
+                        size_t clen = chunk_len_in(newsize, idx);
+                        if (in == 0 && n >= clen) {
+                                /* the whole chunk is replaced: no read needed */
+                                r = chunk_store(&c, ino, idx, (const uint8_t *)buf + done, clen);
+                        } else {
+                                if ((r = chunk_load(&c, ino, &rec, idx, cb)) < 0)
+                                        break;
+                                memcpy(cb + in, (const uint8_t *)buf + done, n);
+                                r = chunk_store(&c, ino, idx, cb, clen);
+                        }
+                        done += n;
+                }
+                if (r == 0 && newsize != rec.size) {
+                        account_size(&c, rec.size, newsize);
+                        rec.size = newsize;
+                }
+        }
+        if (r == 0) {
+                rec.mtime = rec.ctime = now_ns();
+                r = mark_dirty(&c, ino, &rec);
+        }
+        r = ctx_leave(&c, r);
+        return r < 0 ? r : (ssize_t)done;
+}
+
+int ntfs_ws_fallocate(ntfs_ws *ws, uint64_t ino, int mode, uint64_t off, uint64_t len) {
+        if (mode & ~FALLOC_FL_KEEP_SIZE)
+                return -EOPNOTSUPP;
+        struct ctx c;
+        int r = ctx_enter(ws, &c, true);
+        if (r < 0)
+                return r;
+        struct ino_rec rec;
+        r = ino_get(c.st, c.wsid, ino, &rec);
+        if (r == 0 && !S_ISREG(rec.mode))
+                r = S_ISDIR(rec.mode) ? -EISDIR : -ENODEV;
+        if (r == 0 && (off > (1ull << 50) || len > (1ull << 50) - off))
+                r = -EFBIG;
+        if (r == 0 && !(mode & FALLOC_FL_KEEP_SIZE) && off + len > rec.size) {
+                /* Space is not reserved (content is stored on write), but the
+                 * quota and free disk are checked for the new size. */
+                r = check_space(&c);
+                if (r == 0)
+                        r = do_truncate(&c, ino, &rec, off + len);
+                if (r == 0) {
+                        rec.ctime = now_ns();
+                        r = mark_dirty(&c, ino, &rec);
+                }
+        }
+        return ctx_leave(&c, r);
+}
+
+/* ---- setattr ---------------------------------------------------------------------------- */
+
+int ntfs_ws_setattr(ntfs_ws *ws, uint64_t ino, const struct ntfs_attr *in, unsigned to_set,
+                    struct ntfs_attr *ret) {
+        struct ctx c;
+        bool only_atime = !(to_set & ~(unsigned)(NTFS_SET_ATIME | NTFS_SET_ATIME_NOW));
+        int r = ctx_enter(ws, &c, !only_atime || to_set == 0 ? true : true);
+        if (r < 0)
+                return r;
+        struct ino_rec rec;
+        r = ino_get(c.st, c.wsid, ino, &rec);
+        int64_t now = now_ns();
+        if (r == 0 && (to_set & NTFS_SET_SIZE)) {
+                if (S_ISDIR(rec.mode))
+                        r = -EISDIR;
+                else if (!S_ISREG(rec.mode))
+                        r = -EINVAL;
+                else if (in->size > (1ull << 50))
+                        r = -EFBIG;
+                else if (in->size != rec.size) {
+                        r = do_truncate(&c, ino, &rec, in->size);
+                        rec.mtime = now;
+                }
+        }
+        if (r == 0) {
+                if (to_set & NTFS_SET_MODE)
+                        rec.mode = (rec.mode & S_IFMT) | (in->mode & 07777);
+                if (to_set & NTFS_SET_UID)
+                        rec.uid = in->uid;
+                if (to_set & NTFS_SET_GID)
+                        rec.gid = in->gid;
+                if (to_set & NTFS_SET_ATIME_NOW)
+                        rec.atime = now;
+                else if (to_set & NTFS_SET_ATIME)
+                        rec.atime = (int64_t)in->atime.tv_sec * 1000000000LL + in->atime.tv_nsec;
+                if (to_set & NTFS_SET_MTIME_NOW)
+                        rec.mtime = now;
+                else if (to_set & NTFS_SET_MTIME)
+                        rec.mtime = (int64_t)in->mtime.tv_sec * 1000000000LL + in->mtime.tv_nsec;
+                if (to_set & NTFS_SET_CTIME)
+                        rec.ctime = (int64_t)in->ctime.tv_sec * 1000000000LL + in->ctime.tv_nsec;
+                else
+                        rec.ctime = now;
+                if (only_atime)
+                        r = ino_put(c.st, c.wsid, ino, &rec);
+                else
+                        r = mark_dirty(&c, ino, &rec);
+        }
+        if (r == 0)
+                attr_from(ino, &rec, ret);
+        return ctx_leave(&c, r);
+}
+
+/* ---- namespace ------------------------------------------------------------------------------ */
+
+static int quota_inode(struct ctx *c) {
+        if (!c->ws->session)
+                return 0;
+        if (c->sr.quota_inodes && c->sr.inodes + 1 > c->sr.quota_inodes)
+                return -EDQUOT;
+        return 0;
+}
+
+static int create_node(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t mode, uint64_t rdev,
+                       uint32_t uid, uint32_t gid, const char *target, struct ntfs_attr *ret) {
+        struct ctx c;
+        int r = ctx_enter(ws, &c, true);
+        if (r < 0)
+                return r;
+        struct ino_rec d, existing;
+        uint64_t eino;
+        r = check_name(name);
+        if (r == 0)
+                r = dir_get(&c, parent, &d);
+        if (r == 0) {
+                r = child_get(&c, parent, &d, name, &eino, &existing);
+                if (r == 0)
+                        r = -EEXIST;
+                else if (r == -ENOENT)
+                        r = 0;
+        }
+        if (r == 0)
+                r = quota_inode(&c);
+        if (r == 0)
+                r = check_space(&c);
+        struct ino_rec rec = { 0 };
+        uint64_t ino = 0;
+        if (r == 0) {
+                int64_t now = now_ns();
+                rec.mode = mode;
+                rec.uid = uid;
+                rec.gid = gid;
+                rec.rdev = rdev;
+                rec.nlink = S_ISDIR(mode) ? 2 : 1;
+                rec.atime = rec.mtime = rec.ctime = now;
+                rec.parent = parent;
+                if (target) {
+                        size_t tl = strlen(target);
+                        _cleanup_free_ uint8_t *blob = malloc(tl + 1);
+                        if (!blob)
+                                r = -ENOMEM;
+                        else {
+                                blob[0] = OBJ_BLOB;
+                                memcpy(blob + 1, target, tl);
+                                r = obj_put(c.st, blob, tl + 1, &rec.base);
+                                rec.size = tl;
+                        }
+                }
+                if (r == 0 && S_ISDIR(mode)) {
+                        /* an empty directory's base is the empty tree */
+                        static const uint8_t empty[5] = { OBJ_TREE, 0, 0, 0, 0 };
+                        r = obj_put(c.st, empty, sizeof empty, &rec.base);
+                }
+                if (r == 0 && S_ISREG(mode)) {
+                        static const uint8_t empty[13] = { OBJ_FILE };
+                        r = obj_put(c.st, empty, sizeof empty, &rec.base);
+                }
+                ino = ino_alloc(&c);
+        }
+        if (r == 0)
+                r = NTFS_FAULT("store.create");
+        if (r == 0)
+                r = ino_put(c.st, c.wsid, ino, &rec);
+        if (r == 0)
+                r = mark_dirty(&c, ino, &rec);
+        if (r == 0)
+                r = dent_set(&c, parent, name, ino, mode);
+        if (r == 0) {
+                if ((r = ino_get(c.st, c.wsid, parent, &d)) == 0) {
+                        d.mtime = d.ctime = rec.ctime;
+                        if (S_ISDIR(mode))
+                                d.nlink++;
+                        r = mark_dirty(&c, parent, &d);
+                }
+        }
+        if (r == 0 && c.ws->session) {
+                c.sr.inodes++;
+                c.sr_changed = true;
+        }
+        if (r == 0)
+                attr_from(ino, &rec, ret);
+        return ctx_leave(&c, r);
+}
+
+int ntfs_ws_mknod(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t mode, uint64_t rdev, uint32_t uid,
+                  uint32_t gid, struct ntfs_attr *ret) {
+        if (!(S_ISREG(mode) || S_ISFIFO(mode) || S_ISSOCK(mode) || S_ISCHR(mode) || S_ISBLK(mode)))
+                return -EINVAL;
+        if (!S_ISCHR(mode) && !S_ISBLK(mode))
+                rdev = 0;
+        return create_node(ws, parent, name, mode, rdev, uid, gid, NULL, ret);
+}
+
+int ntfs_ws_mkdir(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
+                  struct ntfs_attr *ret) {
+        return create_node(ws, parent, name, S_IFDIR | (mode & 07777), 0, uid, gid, NULL, ret);
+}
+
+int ntfs_ws_symlink(ntfs_ws *ws, uint64_t parent, const char *name, const char *target, uint32_t uid,
+                    uint32_t gid, struct ntfs_attr *ret) {
+        size_t tl = strnlen(target, 4097);
+        if (tl == 0)
+                return -ENOENT;
+        if (tl > 4095)
+                return -ENAMETOOLONG;
+        return create_node(ws, parent, name, S_IFLNK | 0777, 0, uid, gid, target, ret);
+}
+
+ssize_t ntfs_ws_readlink(ntfs_ws *ws, uint64_t ino, char *buf, size_t size) {
+        struct ctx c;
+        int r = ctx_enter(ws, &c, false);
+        if (r < 0)
+                return r;
+        struct ino_rec rec;
+        ssize_t n = 0;
+        r = ino_get(c.st, c.wsid, ino, &rec);
+        if (r == 0 && !S_ISLNK(rec.mode))
+                r = -EINVAL;
+        MDB_val v;
+        if (r == 0)
+                r = obj_get_typed(c.st, &rec.base, OBJ_BLOB, &v);
+        if (r == 0) {
+                size_t len = v.mv_size - 1;
+                if (len > size)
+                        len = size;
+                memcpy(buf, (const uint8_t *)v.mv_data + 1, len);
+                n = (ssize_t)len;
+        }
+        r = ctx_leave(&c, r);
+        return r < 0 ? r : n;
+}
+
+/* Frees an inode that has no names left (content, xattrs, record). */
+static int ino_free(struct ctx *c, uint64_t ino, const struct ino_rec *rec) {
+        uint8_t k[16];
+        key2(k, c->wsid, ino);
+        int r = db_del_prefix(c->st, c->st->chunk, k, 16);
+        if (r >= 0)
+                r = db_del_prefix(c->st, c->st->xattr, k, 16);
+        if (r >= 0 && S_ISDIR(rec->mode))
+                r = db_del_prefix(c->st, c->st->dent, k, 16);
+        if (r >= 0) {
+                r = db_del(c->st, c->st->dlink, k, 16);
+                if (r == -ENOENT)
+                        r = 0;
+        }
+        if (r >= 0) {
+                r = db_del(c->st, c->st->orph, k, 16);
+                if (r == -ENOENT)
+                        r = 0;
+        }
+        if (r >= 0 && rec->linkid) {
+                uint8_t lk[16];
+                key2(lk, c->wsid, rec->linkid);
+                r = db_del(c->st, c->st->lmap, lk, 16);
+                if (r == -ENOENT)
+                        r = 0;
+                /* the group leaves the link table at the next checkpoint */
+                if (r == 0)
+                        r = db_put(c->st, c->st->dlink, k, 16, "", 0);
+                if (r == 0) {
+                        struct ino_rec dead = *rec;
+                        dead.nlink = 0;
+                        dead.flags |= INO_DIRTY;
+                        return ino_put(c->st, c->wsid, ino, &dead);
+                }
+        }
+        if (r >= 0)
+                r = db_del(c->st, c->st->ino, k, 16);
+        return r < 0 ? r : 0;
+}
+
+/* Drops one name of a non-directory. The inode is freed when its last name
+ * goes, unless the kernel may still use it (then it is an orphan, freed on
+ * forget or at the next open). */
+static int drop_link(struct ctx *c, uint64_t ino, struct ino_rec *rec) {
+        rec->nlink--;
+        rec->ctime = now_ns();
+        int r;
+        if (rec->nlink > 0)
+                return mark_dirty(c, ino, rec);
+        if (c->ws->session) {
+                c->sr.inodes--;
+                if (S_ISREG(rec->mode))
+                        c->sr.bytes -= rec->size;
+                c->sr_changed = true;
+        }
+        if (rec->linkid) {
+                if ((r = mark_dirty(c, ino, rec)) < 0)
+                        return r;
+        } else if ((r = ino_put(c->st, c->wsid, ino, rec)) < 0)
+                return r;
+        uint8_t k[16];
+        key2(k, c->wsid, ino);
+        return db_put(c->st, c->st->orph, k, 16, "", 0);
+}
+
+static int dir_is_empty(struct ctx *c, uint64_t ino, const struct ino_rec *rec, bool *ret);
+
+int ntfs_ws_unlink(ntfs_ws *ws, uint64_t parent, const char *name) {
+        struct ctx c;
+        int r = ctx_enter(ws, &c, true);
+        if (r < 0)
+                return r;
+        struct ino_rec d, rec;
+        uint64_t ino;
+        r = check_name(name);
+        if (r == 0)
+                r = dir_get(&c, parent, &d);
+        if (r == 0)
+                r = child_get(&c, parent, &d, name, &ino, &rec);
+        if (r == 0 && S_ISDIR(rec.mode))
+                r = -EISDIR;
+        if (r == 0)
+                r = NTFS_FAULT("store.unlink");
+        if (r == 0)
+                r = dent_remove(&c, parent, &d, name);
+        if (r == 0)
+                r = drop_link(&c, ino, &rec);
+        if (r == 0 && (r = ino_get(c.st, c.wsid, parent, &d)) == 0) {
+                d.mtime = d.ctime = now_ns();
+                r = mark_dirty(&c, parent, &d);
+        }
+        return ctx_leave(&c, r);
+}
+
+int ntfs_ws_rmdir(ntfs_ws *ws, uint64_t parent, const char *name) {
+        struct ctx c;
+        int r = ctx_enter(ws, &c, true);
+        if (r < 0)
+                return r;
+        struct ino_rec d, rec;
+        uint64_t ino;
+        bool empty = false;
+        r = strcmp(name, ".") == 0 ? -EINVAL : strcmp(name, "..") == 0 ? -ENOTEMPTY : check_name(name);
+        if (r == 0)
+                r = dir_get(&c, parent, &d);
+        if (r == 0)
+                r = child_get(&c, parent, &d, name, &ino, &rec);
+        if (r == 0 && !S_ISDIR(rec.mode))
+                r = -ENOTDIR;
+        if (r == 0)
+                r = dir_is_empty(&c, ino, &rec, &empty);
+        if (r == 0 && !empty)
+                r = -ENOTEMPTY;
+        if (r == 0)
+                r = dent_remove(&c, parent, &d, name);
+        if (r == 0) {
+                rec.nlink = 0;
+                rec.ctime = now_ns();
+                uint8_t k[16];
+                key2(k, c.wsid, ino);
+                r = db_del_prefix(c.st, c.st->dent, k, 16);
+                if (r >= 0)
+                        r = ino_put(c.st, c.wsid, ino, &rec);
+                if (r >= 0)
+                        r = db_put(c.st, c.st->orph, k, 16, "", 0);
+        }
+        if (r == 0 && (r = ino_get(c.st, c.wsid, parent, &d)) == 0) {
+                d.nlink--;
+                d.mtime = d.ctime = now_ns();
+                r = mark_dirty(&c, parent, &d);
+        }
+        if (r == 0 && c.ws->session) {
+                c.sr.inodes--;
+                c.sr_changed = true;
+        }
+        return ctx_leave(&c, r);
+}
+
+int ntfs_ws_link(ntfs_ws *ws, uint64_t ino, uint64_t newparent, const char *newname, struct ntfs_attr *ret) {
+        struct ctx c;
+        int r = ctx_enter(ws, &c, true);
+        if (r < 0)
+                return r;
+        struct ino_rec rec, d, ex;
+        uint64_t eino;
+        r = check_name(newname);
+        if (r == 0)
+                r = ino_get(c.st, c.wsid, ino, &rec);
+        if (r == 0 && S_ISDIR(rec.mode))
+                r = -EPERM;
+        if (r == 0 && rec.nlink == 0)
+                r = -ENOENT;
+        if (r == 0 && rec.nlink >= 65000)
+                r = -EMLINK;
+        if (r == 0)
+                r = dir_get(&c, newparent, &d);
+        if (r == 0) {
+                r = child_get(&c, newparent, &d, newname, &eino, &ex);
+                r = r == 0 ? -EEXIST : r == -ENOENT ? 0 : r;
+        }
+        if (r == 0 && rec.linkid == 0) {
+                /* The file joins a hard-link group: its entry in its
+                 * current directory becomes a reference to the group. */
+                if (!c.ws->session)
+                        r = -EROFS;
+                else {
+                        rec.linkid = c.sr.next_linkid++;
+                        c.sr_changed = true;
+                        uint8_t lk[16];
+                        key2(lk, c.wsid, rec.linkid);
+                        r = db_put(c.st, c.st->lmap, lk, 16, &ino, 8);
+                        struct ino_rec p;
+                        if (r == 0 && rec.parent && (r = ino_get(c.st, c.wsid, rec.parent, &p)) == 0)
+                                r = mark_dirty(&c, rec.parent, &p);
+                }
+        }
+        if (r == 0) {
+                rec.nlink++;
+                rec.ctime = now_ns();
+                r = mark_dirty(&c, ino, &rec);
+        }
+        if (r == 0)
+                r = dent_set(&c, newparent, newname, ino, rec.mode);
+        if (r == 0 && (r = ino_get(c.st, c.wsid, newparent, &d)) == 0) {
+                d.mtime = d.ctime = now_ns();
+                r = mark_dirty(&c, newparent, &d);
+        }
+        if (r == 0)
+                attr_from(ino, &rec, ret);
+        return ctx_leave(&c, r);
+}
+
+/* Is a an ancestor of (or equal to) b? */
+static int is_ancestor(struct ctx *c, uint64_t a, uint64_t b, bool *ret) {
+        *ret = false;
+        for (int depth = 0; b && depth < 100000; depth++) {
+                if (a == b) {
+                        *ret = true;
+                        return 0;
+                }
+                struct ino_rec r;
+                int rc = ino_get(c->st, c->wsid, b, &r);
+                if (rc < 0)
+                        return rc;
+                b = r.parent;
+        }
+        return 0;
+}
+
+static int touch_dir(struct ctx *c, uint64_t dir, int nlink_delta) {
+        struct ino_rec d;
+        int r = ino_get(c->st, c->wsid, dir, &d);
+        if (r < 0)
+                return r;
+        d.nlink = (uint32_t)((int)d.nlink + nlink_delta);
+        d.mtime = d.ctime = now_ns();
+        return mark_dirty(c, dir, &d);
+}
+
+int ntfs_ws_rename(ntfs_ws *ws, uint64_t parent, const char *name, uint64_t newparent, const char *newname,
+                   unsigned flags) {
+        if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE))
+                return -EINVAL;
+        if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))
+                return -EINVAL;
+        struct ctx c;
+        int r = ctx_enter(ws, &c, true);
+        if (r < 0)
+                return r;
+        struct ino_rec pd, nd, src, dst;
+        uint64_t sino = 0, dino = 0;
+        bool have_dst = false;
+        r = check_name(name);
+        if (r == 0)
+                r = check_name(newname);
+        if (r == 0)
+                r = dir_get(&c, parent, &pd);
+        if (r == 0)
+                r = dir_get(&c, newparent, &nd);
+        if (r == 0)
+                r = child_get(&c, parent, &pd, name, &sino, &src);
+        if (r == 0) {
+                r = child_get(&c, newparent, &nd, newname, &dino, &dst);
+                if (r == 0)
+                        have_dst = true;
+                else if (r == -ENOENT)
+                        r = 0;
+        }
+        if (r == 0 && have_dst && (flags & RENAME_NOREPLACE))
+                r = -EEXIST;
+        if (r == 0 && !have_dst && (flags & RENAME_EXCHANGE))
+                r = -ENOENT;
+        if (r < 0)
+                return ctx_leave(&c, r);
+        if (have_dst && dino == sino) /* same inode: nothing to do */
+                return ctx_leave(&c, 0);
+        /* A directory may not move into itself or its own subtree. */
+        bool loop = false;
+        if (S_ISDIR(src.mode) && (r = is_ancestor(&c, sino, newparent, &loop)) == 0 && loop)
+                r = -EINVAL;
+        if (r == 0 && have_dst && (flags & RENAME_EXCHANGE) && S_ISDIR(dst.mode) &&
+            (r = is_ancestor(&c, dino, parent, &loop)) == 0 && loop)
+                r = -EINVAL;
+        if (r < 0)
+                return ctx_leave(&c, r);
+
+        if (flags & RENAME_EXCHANGE) {
+                r = dent_set(&c, parent, name, dino, dst.mode);
+                if (r == 0)
+                        r = dent_set(&c, newparent, newname, sino, src.mode);
+                if (r == 0 && parent != newparent && S_ISDIR(src.mode) != S_ISDIR(dst.mode)) {
+                        int delta = S_ISDIR(src.mode) ? 1 : -1;
+                        if ((r = touch_dir(&c, newparent, delta)) == 0)
+                                r = touch_dir(&c, parent, -delta);
+                } else if (r == 0) {
+                        if ((r = touch_dir(&c, parent, 0)) == 0 && parent != newparent)
+                                r = touch_dir(&c, newparent, 0);
+                }
+                if (r == 0 && (r = ino_get(c.st, c.wsid, sino, &src)) == 0) {
+                        if (!src.linkid)
+                                src.parent = newparent;
+                        src.ctime = now_ns();
+                        r = mark_dirty(&c, sino, &src);
+                }
+                if (r == 0 && (r = ino_get(c.st, c.wsid, dino, &dst)) == 0) {
+                        if (!dst.linkid)
+                                dst.parent = parent;
+                        dst.ctime = now_ns();
+                        r = mark_dirty(&c, dino, &dst);
+                }
+                return ctx_leave(&c, r);
+        }
+
+        if (have_dst) {
+                if (S_ISDIR(src.mode) && !S_ISDIR(dst.mode))
+                        r = -ENOTDIR;
+                else if (!S_ISDIR(src.mode) && S_ISDIR(dst.mode))
+                        r = -EISDIR;
+                else if (S_ISDIR(dst.mode)) {
+                        bool empty;
+                        r = dir_is_empty(&c, dino, &dst, &empty);
+                        if (r == 0 && !empty)
+                                r = -ENOTEMPTY;
+                        if (r == 0) {
+                                uint8_t k[16];
+                                key2(k, c.wsid, dino);
+                                r = db_del_prefix(c.st, c.st->dent, k, 16);
+                                dst.nlink = 0;
+                                if (r >= 0)
+                                        r = ino_put(c.st, c.wsid, dino, &dst);
+                                if (r >= 0)
+                                        r = db_put(c.st, c.st->orph, k, 16, "", 0);
+                                if (r == 0)
+                                        r = touch_dir(&c, newparent, -1);
+                                if (r == 0 && c.ws->session) {
+                                        c.sr.inodes--;
+                                        c.sr_changed = true;
+                                }
+                        }
+                } else
+                        r = drop_link(&c, dino, &dst);
+        }
+        if (r == 0 && (r = ino_get(c.st, c.wsid, parent, &pd)) == 0)
+                r = dent_remove(&c, parent, &pd, name);
+        if (r == 0)
+                r = dent_set(&c, newparent, newname, sino, src.mode);
+        if (r == 0) {
+                int delta = S_ISDIR(src.mode) && parent != newparent ? 1 : 0;
+                r = touch_dir(&c, parent, -delta);
+                if (r == 0 && parent != newparent)
+                        r = touch_dir(&c, newparent, delta);
+        }
+        if (r == 0 && (r = ino_get(c.st, c.wsid, sino, &src)) == 0) {
+                if (!src.linkid)
+                        src.parent = newparent;
+                src.ctime = now_ns();
+                r = mark_dirty(&c, sino, &src);
+        }
+        return ctx_leave(&c, r);
+}
+
+/* ---- readdir -------------------------------------------------------------------------------- */
+
+struct rd_item {
+        uint64_t h;
+        char name[NTFS_NAME_MAX + 1];
+};
+
+/* Collects up to max live entries of dir with hash >= from, in order. */
+static int dir_collect(struct ctx *c, uint64_t dir, const struct ino_rec *drec, uint64_t from,
+                       struct rd_item *items, size_t max, size_t *ret_n) {
+        size_t n = 0;
+        int r;
+        struct tree_view tv = { 0 };
+        uint32_t ti = 0;
+        if (!ntfs_hash_is_zero(&drec->base)) {
+                MDB_val v;
+                if ((r = obj_get_typed(c->st, &drec->base, OBJ_TREE, &v)) < 0)
+                        return r;
+                if ((r = tree_view_init(&tv, v.mv_data, v.mv_size)) < 0)
+                        return r;
+                ti = tree_view_seek(&tv, from, "", 0);
+        }
+        MDB_cursor *cur;
+        int rc = mdb_cursor_open(c->st->txn, c->st->dent, &cur);
+        if (rc)
+                return lmdb_err(rc);
+        uint8_t k0[24];
+        dent_key(k0, c->wsid, dir, from, "", 0);
+        MDB_val k = { 24, k0 }, v;
+        rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+        bool ov = rc == 0 && k.mv_size >= 24 && memcmp(k.mv_data, k0, 16) == 0;
+        r = 0;
+        while (n < max) {
+                struct tree_entry te;
+                bool tb = ti < tv.count;
+                if (tb && (r = tree_view_get(&tv, ti, &te)) < 0)
+                        break;
+                if (!tb && !ov)
+                        break;
+                int cmp;
+                const uint8_t *kd = ov ? k.mv_data : NULL;
+                uint64_t oh = ov ? ntfs_get_be64(kd + 16) : 0;
+                const char *on = ov ? (const char *)kd + 24 : NULL;
+                size_t onl = ov ? k.mv_size - 24 : 0;
+                if (!ov)
+                        cmp = -1;
+                else if (!tb)
+                        cmp = 1;
+                else
+                        cmp = entry_cmp(te.h, te.name, te.namelen, oh, on, onl);
+                if (cmp < 0) {
+                        items[n].h = te.h;
+                        memcpy(items[n].name, te.name, te.namelen);
+                        items[n].name[te.namelen] = 0;
+                        n++;
+                        ti++;
+                        continue;
+                }
+                /* overlay entry (cmp == 0: it replaces the base entry) */
+                if (v.mv_size == sizeof(struct dent_val) && onl <= NTFS_NAME_MAX) {
+                        struct dent_val dv;
+                        memcpy(&dv, v.mv_data, sizeof dv);
+                        if (dv.ino) {
+                                items[n].h = oh;
+                                memcpy(items[n].name, on, onl);
+                                items[n].name[onl] = 0;
+                                n++;
+                        }
+                }
+                if (cmp == 0)
+                        ti++;
+                rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+                ov = rc == 0 && k.mv_size >= 24 && memcmp(k.mv_data, k0, 16) == 0;
+        }
+        mdb_cursor_close(cur);
+        *ret_n = n;
+        return r;
+}
+
+static int dir_is_empty(struct ctx *c, uint64_t ino, const struct ino_rec *rec, bool *ret) {
+        struct rd_item item;
+        size_t n;
+        int r = dir_collect(c, ino, rec, 0, &item, 1, &n);
+        if (r == 0)
+                *ret = n == 0;
+        return r;
+}
+
+#define RD_BATCH 64
+
+int ntfs_ws_readdir(ntfs_ws *ws, uint64_t ino, uint64_t cookie, bool plus,
+                    int (*cb)(const char *name, const struct ntfs_attr *attr, uint64_t next_cookie, void *),
+                    void *ud) {
+        _cleanup_free_ struct rd_item *items = malloc(RD_BATCH * sizeof *items);
+        _cleanup_free_ struct ntfs_attr *attrs = malloc(RD_BATCH * sizeof *attrs);
+        if (!items || !attrs)
+                return -ENOMEM;
+        for (;;) {
+                struct ctx c;
+                int r = ctx_enter(ws, &c, false);
+                if (r < 0)
+                        return r;
+                struct ino_rec d;
+                size_t n = 0;
+                r = dir_get(&c, ino, &d);
+                if (r == 0)
+                        r = dir_collect(&c, ino, &d, cookie, items, RD_BATCH, &n);
+                /* Materialize each entry (stable inode numbers for d_ino). */
+                for (size_t i = 0; r == 0 && i < n; i++) {
+                        struct ino_rec rec;
+                        uint64_t cino;
+                        r = child_get(&c, ino, &d, items[i].name, &cino, &rec);
+                        if (r == 0)
+                                attr_from(cino, &rec, &attrs[i]);
+                }
+                r = ctx_leave(&c, r);
+                if (r < 0)
+                        return r;
+                /* Call back without the store lock. */
+                for (size_t i = 0; i < n; i++) {
+                        if (!plus) {
+                                uint64_t i_ino = attrs[i].ino;
+                                uint32_t mode = attrs[i].mode & S_IFMT;
+                                memset(&attrs[i], 0, sizeof attrs[i]);
+                                attrs[i].ino = i_ino;
+                                attrs[i].mode = mode;
+                        }
+                        if (cb(items[i].name, &attrs[i], items[i].h + 1, ud))
+                                return 0;
+                        cookie = items[i].h + 1;
+                }
+                if (n < RD_BATCH)
+                        return 0;
+        }
+}
+
+/* ---- xattrs ----------------------------------------------------------------------------------- */
+
+/* Loads a base xattr set into the xattr db (once per inode). */
+static int xattr_materialize(struct ctx *c, uint64_t ino, struct ino_rec *rec) {
+        if (rec->flags & INO_XMAT)
+                return 0;
+        int r;
+        if (!ntfs_hash_is_zero(&rec->xattr)) {
+                MDB_val v;
+                if ((r = obj_get_typed(c->st, &rec->xattr, OBJ_XATTR, &v)) < 0)
+                        return r;
+                if ((r = object_check(v.mv_data, v.mv_size, NULL, NULL)) < 0)
+                        return r;
+                const uint8_t *p = (const uint8_t *)v.mv_data + 1;
+                uint32_t n = ntfs_get_be32(p);
+                p += 4;
+                for (uint32_t i = 0; i < n; i++) {
+                        uint16_t nl = (uint16_t)(p[0] << 8 | p[1]);
+                        const char *name = (const char *)p + 2;
+                        uint32_t vl = ntfs_get_be32(p + 2 + nl);
+                        const uint8_t *val = p + 6 + nl;
+                        uint8_t k[16 + 256];
+                        if (nl > 255)
+                                return -NTFS_ECORRUPT;
+                        key2(k, c->wsid, ino);
+                        memcpy(k + 16, name, nl);
+                        /* copy: the value points into the map, which the put may move */
+                        _cleanup_free_ uint8_t *copy = malloc(vl ? vl : 1);
+                        if (!copy)
+                                return -ENOMEM;
+                        memcpy(copy, val, vl);
+                        if ((r = db_put(c->st, c->st->xattr, k, 16 + nl, copy, vl)) < 0)
+                                return r;
+                        p = val + vl;
+                        /* re-fetch the object: LMDB pages may have moved */
+                        if (i + 1 < n) {
+                                size_t off = (size_t)(p - (const uint8_t *)v.mv_data);
+                                if ((r = obj_get_typed(c->st, &rec->xattr, OBJ_XATTR, &v)) < 0)
+                                        return r;
+                                p = (const uint8_t *)v.mv_data + off;
+                        }
+                }
+        }
+        rec->flags |= INO_XMAT;
+        return 0;
+}
+
+int ntfs_ws_setxattr(ntfs_ws *ws, uint64_t ino, const char *name, const void *value, size_t size, int flags) {
+        size_t nl = strnlen(name, 256);
+        if (nl == 0 || nl > 255)
+                return -ERANGE;
+        if (size > XATTR_VALUE_MAX)
+                return -E2BIG;
+        struct ctx c;
+        int r = ctx_enter(ws, &c, true);
+        if (r < 0)
+                return r;
+        struct ino_rec rec;
+        r = ino_get(c.st, c.wsid, ino, &rec);
+        if (r == 0)
+                r = xattr_materialize(&c, ino, &rec);
+        uint8_t k[16 + 256];
+        key2(k, c.wsid, ino);
+        memcpy(k + 16, name, nl);
+        if (r == 0) {
+                MDB_val v;
+                int e = db_get(c.st, c.st->xattr, k, 16 + nl, &v);
+                if (e < 0 && e != -ENOENT)
+                        r = e;
+                else if ((flags & XATTR_CREATE) && e == 0)
+                        r = -EEXIST;
+                else if ((flags & XATTR_REPLACE) && e == -ENOENT)
+                        r = -ENODATA;
+        }
+        if (r == 0)
+                r = db_put(c.st, c.st->xattr, k, 16 + nl, value, size);
+        if (r == 0) {
+                rec.ctime = now_ns();
+                r = mark_dirty(&c, ino, &rec);
+        }
+        return ctx_leave(&c, r);
+}
+
+ssize_t ntfs_ws_getxattr(ntfs_ws *ws, uint64_t ino, const char *name, void *buf, size_t size) {
+        size_t nl = strnlen(name, 256);
+        if (nl == 0 || nl > 255)
+                return -ERANGE;
+        struct ctx c;
+        int r = ctx_enter(ws, &c, false);
+        if (r < 0)
+                return r;
+        struct ino_rec rec;
+        ssize_t len = 0;
+        r = ino_get(c.st, c.wsid, ino, &rec);
+        if (r == 0 && !(rec.flags & INO_XMAT) && ntfs_hash_is_zero(&rec.xattr))
+                r = -ENODATA;
+        else if (r == 0) {
+                /* Read-only views materialize into their ephemeral state too. */
+                if (!(rec.flags & INO_XMAT)) {
+                        r = xattr_materialize(&c, ino, &rec);
+                        if (r == 0)
+                                r = ino_put(c.st, c.wsid, ino, &rec);
+                }
+                uint8_t k[16 + 256];
+                key2(k, c.wsid, ino);
+                memcpy(k + 16, name, nl);
+                MDB_val v;
+                if (r == 0)
+                        r = db_get(c.st, c.st->xattr, k, 16 + nl, &v);
+                if (r == -ENOENT)
+                        r = -ENODATA;
+                if (r == 0) {
+                        len = (ssize_t)v.mv_size;
+                        if (size && v.mv_size > size)
+                                r = -ERANGE;
+                        else if (size)
+                                memcpy(buf, v.mv_data, v.mv_size);
+                }
+        }
+        r = ctx_leave(&c, r);
+        return r < 0 ? r : len;
+}
+
+ssize_t ntfs_ws_listxattr(ntfs_ws *ws, uint64_t ino, char *buf, size_t size) {
+        struct ctx c;
+        int r = ctx_enter(ws, &c, false);
+        if (r < 0)
+                return r;
+        struct ino_rec rec;
+        size_t len = 0;
+        r = ino_get(c.st, c.wsid, ino, &rec);
+        if (r == 0 && !(rec.flags & INO_XMAT) && !ntfs_hash_is_zero(&rec.xattr)) {
+                r = xattr_materialize(&c, ino, &rec);
+                if (r == 0)
+                        r = ino_put(c.st, c.wsid, ino, &rec);
+        }
+        if (r == 0 && (rec.flags & INO_XMAT)) {
+                uint8_t k[16];
+                key2(k, c.wsid, ino);
+                MDB_cursor *cur;
+                int rc = mdb_cursor_open(c.st->txn, c.st->xattr, &cur);
+                if (rc)
+                        r = lmdb_err(rc);
+                else {
+                        MDB_val kk = { 16, k }, v;
+                        for (rc = mdb_cursor_get(cur, &kk, &v, MDB_SET_RANGE);
+                             rc == 0 && kk.mv_size > 16 && memcmp(kk.mv_data, k, 16) == 0;
+                             rc = mdb_cursor_get(cur, &kk, &v, MDB_NEXT)) {
+                                size_t nl = kk.mv_size - 16;
+                                if (size) {
+                                        if (len + nl + 1 > size) {
+                                                r = -ERANGE;
+                                                break;
+                                        }
+                                        memcpy(buf + len, (const uint8_t *)kk.mv_data + 16, nl);
+                                        buf[len + nl] = 0;
+                                }
+                                len += nl + 1;
+                        }
+                        mdb_cursor_close(cur);
+                }
+        }
+        r = ctx_leave(&c, r);
+        return r < 0 ? r : (ssize_t)len;
+}
+
+int ntfs_ws_removexattr(ntfs_ws *ws, uint64_t ino, const char *name) {
+        size_t nl = strnlen(name, 256);
+        if (nl == 0 || nl > 255)
+                return -ERANGE;
+        struct ctx c;
+        int r = ctx_enter(ws, &c, true);
+        if (r < 0)
+                return r;
+        struct ino_rec rec;
+        r = ino_get(c.st, c.wsid, ino, &rec);
+        if (r == 0)
+                r = xattr_materialize(&c, ino, &rec);
+        if (r == 0) {
+                uint8_t k[16 + 256];
+                key2(k, c.wsid, ino);
+                memcpy(k + 16, name, nl);
+                r = db_del(c.st, c.st->xattr, k, 16 + nl);
+                if (r == -ENOENT)
+                        r = -ENODATA;
+        }
+        if (r == 0) {
+                rec.ctime = now_ns();
+                r = mark_dirty(&c, ino, &rec);
+        }
+        return ctx_leave(&c, r);
+}
+
+/* ---- misc ---------------------------------------------------------------------------------- */
+
+int ntfs_ws_statfs(ntfs_ws *ws, struct statvfs *ret) {
+        struct ctx c;
+        int r = ctx_enter(ws, &c, false);
+        if (r < 0)
+                return r;
+        struct statvfs sv;
+        if (statvfs(c.st->dir, &sv) < 0)
+                r = -errno;
+        if (r == 0) {
+                memset(ret, 0, sizeof *ret);
+                ret->f_bsize = 4096;
+                ret->f_frsize = 4096;
+                ret->f_namemax = NTFS_NAME_MAX;
+                uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+                avail = avail > c.st->reserve_bytes ? avail - c.st->reserve_bytes : 0;
+                uint64_t used = ws->session ? c.sr.bytes : 0;
+                uint64_t total = used + avail;
+                if (ws->session && c.sr.quota_bytes) {
+                        total = c.sr.quota_bytes;
+                        avail = total > used ? total - used : 0;
+                }
+                ret->f_blocks = total / 4096;
+                ret->f_bfree = ret->f_bavail = avail / 4096;
+                uint64_t files = ws->session && c.sr.quota_inodes ? c.sr.quota_inodes : (1ull << 32);
+                uint64_t used_i = ws->session ? c.sr.inodes : 0;
+                ret->f_files = files;
+                ret->f_ffree = ret->f_favail = files > used_i ? files - used_i : 0;
+        }
+        return ctx_leave(&c, r);
+}
+
+int ntfs_ws_fsync(ntfs_ws *ws) {
+        int r = store_enter(ws->st);
+        if (r < 0)
+                return r;
+        r = store_commit_locked(ws->st, true);
+        store_leave(ws->st);
+        return r;
+}
+
+void ntfs_ws_forget(ntfs_ws *ws, uint64_t ino) {
+        struct ctx c;
+        if (ctx_enter(ws, &c, false) < 0)
+                return;
+        struct ino_rec rec;
+        int r = ino_get(c.st, c.wsid, ino, &rec);
+        if (r == 0 && rec.nlink == 0 && !(rec.linkid && (rec.flags & INO_DIRTY)))
+                r = ino_free(&c, ino, &rec);
+        ctx_leave(&c, r);
+}
+
+static int purge_orphans(ntfs_store *st, uint64_t wsid) {
+        struct ctx c = { .st = st, .wsid = wsid };
+        ntfs_ws dummy = { .st = st, .wsid = wsid };
+        c.ws = &dummy;
+        uint8_t k0[8];
+        ntfs_put_be64(k0, wsid);
+        for (;;) {
+                MDB_cursor *cur;
+                int rc = mdb_cursor_open(st->txn, st->orph, &cur);
+                if (rc)
+                        return lmdb_err(rc);
+                MDB_val k = { 8, k0 }, v;
+                rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+                uint64_t ino = 0;
+                if (rc == 0 && k.mv_size == 16 && memcmp(k.mv_data, k0, 8) == 0)
+                        ino = ntfs_get_be64((const uint8_t *)k.mv_data + 8);
+                mdb_cursor_close(cur);
+                if (!ino)
+                        return 0;
+                struct ino_rec rec;
+                int r = ino_get(st, wsid, ino, &rec);
+                if (r == 0 && rec.nlink == 0 && !(rec.linkid && (rec.flags & INO_DIRTY)))
+                        r = ino_free(&c, ino, &rec);
+                else if (r == 0 || r == -ESTALE) {
+                        uint8_t ok[16];
+                        key2(ok, wsid, ino);
+                        r = db_del(st, st->orph, ok, 16);
+                }
+                if (r < 0)
+                        return r;
+                /* a linked orphan stays until the checkpoint drops its group */
+                if (rec.linkid && (rec.flags & INO_DIRTY)) {
+                        uint8_t ok[16];
+                        key2(ok, wsid, ino);
+                        r = db_del(st, st->orph, ok, 16);
+                        if (r < 0 && r != -ENOENT)
+                                return r;
+                }
+        }
+}

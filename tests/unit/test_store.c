@@ -1,0 +1,1238 @@
+/* SPDX-License-Identifier: MIT
+ * Unit tests of the store (fs/store.h): every operation, a randomized model
+ * test, crash points and gc safety.
+ *
+ * NTFS_MODEL_SEED=N replays a model run; NTFS_MODEL_STEPS=N sets its length.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/err.h"
+#include "common/fault.h"
+#include "fs/store.h"
+#include "tests/unit/tap.h"
+#include "common/banned.h"
+
+static char tmpdir[256];
+
+static void fresh_dir(void) {
+        snprintf(tmpdir, sizeof tmpdir, "/tmp/ntfs-store-test-XXXXXX");
+        if (!mkdtemp(tmpdir))
+                abort();
+}
+
+static void rm_rf(const char *d) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+        if (system(cmd) != 0)
+                fprintf(stderr, "rm failed\n");
+}
+
+static ntfs_store *open_store(void) {
+        ntfs_store *st = NULL;
+        struct ntfs_store_opts o = { .initial_map_bytes = 64ull << 20 };
+        int r = ntfs_store_open(tmpdir, &o, &st);
+        if (r < 0)
+                FAIL("open store: %s", ntfs_strerror(r));
+        return st;
+}
+
+/* path helpers over the ws API */
+static int walk(ntfs_ws *ws, const char *path, uint64_t *ret_parent, char *last, uint64_t *ret_ino) {
+        uint64_t cur = NTFS_ROOT_INO, parent = 0;
+        char buf[1024];
+        snprintf(buf, sizeof buf, "%s", path);
+        char *save = NULL;
+        last[0] = 0;
+        for (char *tok = strtok_r(buf, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
+                parent = cur;
+                snprintf(last, 256, "%s", tok);
+                struct ntfs_attr a;
+                int r = ntfs_ws_lookup(ws, cur, tok, &a);
+                if (r < 0) {
+                        char *rest = strtok_r(NULL, "/", &save);
+                        if (ret_parent)
+                                *ret_parent = rest ? 0 : parent;
+                        return r;
+                }
+                cur = a.ino;
+        }
+        if (ret_parent)
+                *ret_parent = parent;
+        if (ret_ino)
+                *ret_ino = cur;
+        return 0;
+}
+
+static uint64_t must(ntfs_ws *ws, const char *path) {
+        uint64_t ino;
+        char last[256];
+        int r = walk(ws, path, NULL, last, &ino);
+        if (r < 0)
+                FAIL("lookup %s: %s", path, ntfs_strerror(r));
+        return ino;
+}
+
+static uint64_t mkfile(ntfs_ws *ws, uint64_t dir, const char *name, const char *content) {
+        struct ntfs_attr a;
+        ASSERT_OK(ntfs_ws_mknod(ws, dir, name, S_IFREG | 0644, 0, 0, 0, &a));
+        if (content)
+                ASSERT_EQ(ntfs_ws_write(ws, a.ino, content, strlen(content), 0, false), (long)strlen(content));
+        return a.ino;
+}
+
+static void expect_content(ntfs_ws *ws, const char *path, const char *want) {
+        uint64_t ino = must(ws, path);
+        char buf[4096];
+        ssize_t n = ntfs_ws_read(ws, ino, buf, sizeof buf - 1, 0);
+        ASSERT_OK(n);
+        buf[n] = 0;
+        ASSERT_STREQ(buf, want);
+}
+
+static int count_cb(const char *name, const struct ntfs_attr *a, uint64_t next, void *ud) {
+        (*(int *)ud)++;
+        return 0;
+}
+
+static int reflog_count_cb(const struct ntfs_reflog_entry *e, void *ud) {
+        (*(int *)ud)++;
+        return 0;
+}
+
+static void problem_cb(const char *line, void *ud) {
+        printf("# fsck: %s\n", line);
+        (*(int *)ud)++;
+}
+
+static void fsck_clean(ntfs_store *st) {
+        struct ntfs_fsck_stats fs;
+        ASSERT_OK(ntfs_fsck(st, NULL, NULL, &fs));
+        ASSERT_EQ(fs.problems, 0);
+}
+
+/* ---- basic operations ------------------------------------------------------------ */
+
+TEST(open_lock_and_reopen) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ntfs_store *st2 = NULL;
+        ASSERT_ERR(ntfs_store_open(tmpdir, NULL, &st2), -NTFS_ESTOREBUSY);
+        ASSERT_OK(ntfs_session_create(st, "main", NULL, NULL));
+        ntfs_store_close(st);
+        st = open_store();
+        struct ntfs_session_info si;
+        ASSERT_OK(ntfs_session_get(st, "main", &si));
+        ASSERT(!si.dirty);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+TEST(invalid_names_and_unknowns) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        const char *bad[] = { "", "a/b", "..", ".", "a\nb", "-x" };
+        for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
+                ASSERT_ERR(ntfs_session_create(st, bad[i], NULL, NULL), -NTFS_EINVALNAME);
+        char big[300];
+        memset(big, 'x', 299);
+        big[299] = 0;
+        ASSERT_ERR(ntfs_session_create(st, big, NULL, NULL), -NTFS_EINVALNAME);
+        ASSERT_OK(ntfs_session_create(st, "a", NULL, NULL));
+        ASSERT_ERR(ntfs_session_create(st, "a", NULL, NULL), -NTFS_ESESSEXISTS);
+        ntfs_hash h;
+        bool changed;
+        ASSERT_ERR(ntfs_checkpoint(st, "nope", NULL, NULL, &h, &changed), -NTFS_ENOSESSION);
+        ASSERT_ERR(ntfs_rollback(st, "a", "deadbeef", 0, &h), -NTFS_ENOREF);
+        ASSERT_ERR(ntfs_fork(st, "nope", "b", &h), -NTFS_ENOREF);
+        ASSERT_ERR(ntfs_tag_create(st, "a", "bad/tag", NULL, NTFS_TAG_STORE, NULL), -NTFS_EINVALNAME);
+        ntfs_ws *ws;
+        ASSERT_ERR(ntfs_ws_open(st, "nope", &ws), -NTFS_ENOSESSION);
+        fsck_clean(st);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+TEST(checkpoint_rollback_fork_tag) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ntfs_hash c0, c1, c2, h;
+        bool changed;
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, &c0));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        mkfile(ws, NTFS_ROOT_INO, "a.txt", "one");
+        ASSERT_OK(ntfs_checkpoint(st, "s", "first", "eff-1", &c1, &changed));
+        ASSERT(changed);
+        /* an unchanged checkpoint makes no commit */
+        ASSERT_OK(ntfs_checkpoint(st, "s", "again", NULL, &h, &changed));
+        ASSERT(!changed);
+        ASSERT(memcmp(h.b, c1.b, 32) == 0);
+        uint64_t ino = must(ws, "a.txt");
+        ASSERT_EQ(ntfs_ws_write(ws, ino, "two", 3, 0, false), 3);
+        ASSERT_OK(ntfs_checkpoint(st, "s", "second", NULL, &c2, &changed));
+        ASSERT(changed);
+        struct ntfs_commit_info ci;
+        ASSERT_OK(ntfs_commit_get(st, &c2, &ci));
+        ASSERT_STREQ(ci.message, "second");
+        ASSERT_EQ(ci.nparents, 1);
+        ASSERT(memcmp(ci.parents[0].b, c1.b, 32) == 0);
+        ASSERT_OK(ntfs_commit_get(st, &c1, &ci));
+        ASSERT_STREQ(ci.effect, "eff-1");
+
+        /* tag, fork at the tag, tags never move */
+        ASSERT_OK(ntfs_tag_create(st, "s", "v1", NULL, NTFS_TAG_STORE, NULL));
+        ASSERT_ERR(ntfs_tag_create(st, "s", "v1", NULL, NTFS_TAG_STORE, NULL), -NTFS_ETAGEXISTS);
+        ASSERT_OK(ntfs_fork(st, "v1", "f", &h));
+        ASSERT(memcmp(h.b, c2.b, 32) == 0);
+
+        /* rollback by steps and to a commit */
+        ASSERT_OK(ntfs_rollback(st, "s", NULL, 1, &h));
+        ASSERT(memcmp(h.b, c1.b, 32) == 0);
+        expect_content(ws, "a.txt", "one");
+        ASSERT_OK(ntfs_rollback(st, "s", NULL, 1, &h)); /* to the creation commit */
+        struct ntfs_attr a;
+        ASSERT_ERR(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "a.txt", &a), -ENOENT);
+        ASSERT_ERR(ntfs_rollback(st, "s", NULL, 1, &h), -NTFS_EFLOOR);
+        ASSERT_OK(ntfs_rollback(st, "s", "v1", 0, &h));
+        expect_content(ws, "a.txt", "two");
+        /* an inode of the replaced state is stale */
+        char buf[8];
+        ASSERT_ERR(ntfs_ws_read(ws, ino, buf, 8, 0), -ESTALE);
+
+        /* fork is independent */
+        ntfs_ws *fw;
+        ASSERT_OK(ntfs_ws_open(st, "f", &fw));
+        expect_content(fw, "a.txt", "two");
+        ASSERT_EQ(ntfs_ws_write(fw, must(fw, "a.txt"), "FORK", 4, 0, false), 4);
+        expect_content(fw, "a.txt", "FORK");
+        expect_content(ws, "a.txt", "two");
+
+        /* fork of a dirty session carries its uncommitted state */
+        ASSERT_OK(ntfs_fork(st, "f", "g", &h));
+        ntfs_ws *gw;
+        ASSERT_OK(ntfs_ws_open(st, "g", &gw));
+        expect_content(gw, "a.txt", "FORK");
+        struct ntfs_session_info si;
+        ASSERT_OK(ntfs_session_get(st, "f", &si));
+        ASSERT(si.dirty);
+        /* ... and f's next checkpoint still records its change */
+        ASSERT_OK(ntfs_checkpoint(st, "f", "fork work", NULL, &h, &changed));
+        ASSERT(changed);
+
+        /* reflog keeps rolled-past commits */
+        int n = 0;
+        ASSERT_OK(ntfs_reflog(st, "s", reflog_count_cb, &n));
+        ASSERT(n >= 5);
+
+        /* session end: busy while open, then gone with its session tags */
+        ASSERT_OK(ntfs_tag_create(st, "g", "gtag", NULL, NTFS_TAG_SESSION, NULL));
+        ASSERT_ERR(ntfs_session_end(st, "g"), -EBUSY);
+        ntfs_ws_close(gw);
+        ASSERT_OK(ntfs_session_end(st, "g"));
+        struct ntfs_tag_info ti;
+        ASSERT_ERR(ntfs_tag_get(st, "gtag", &ti), -NTFS_ENOREF);
+        ASSERT_OK(ntfs_tag_get(st, "v1", &ti));
+        ntfs_ws_close(fw);
+        ntfs_ws_close(ws);
+        fsck_clean(st);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+TEST(short_ids_and_resolve) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ntfs_hash c[40];
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, &c[0]));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        uint64_t ino = mkfile(ws, NTFS_ROOT_INO, "f", "x");
+        for (int i = 1; i < 40; i++) {
+                char b[16];
+                snprintf(b, sizeof b, "%d", i);
+                ASSERT_OK(ntfs_ws_write(ws, ino, b, strlen(b), 0, false));
+                bool ch;
+                ASSERT_OK(ntfs_checkpoint(st, "s", b, NULL, &c[i], &ch));
+        }
+        for (int i = 0; i < 40; i++) {
+                char sid[65], full[65];
+                ASSERT_OK(ntfs_short_id(st, &c[i], sid));
+                ASSERT(strlen(sid) >= NTFS_SHORT_ID_MIN);
+                ntfs_hash back;
+                ASSERT_OK(ntfs_resolve(st, sid, &back, NULL, 0));
+                ASSERT(memcmp(back.b, c[i].b, 32) == 0);
+                ntfs_hash_hex(&c[i], full);
+                ASSERT_OK(ntfs_resolve(st, full, &back, NULL, 0));
+        }
+        /* With 41 commits, some 1-hex-digit prefix... use 4 digits of two ids
+         * sharing a first digit to provoke ambiguity only if it exists. */
+        char hx[65];
+        int amb = 0;
+        for (int d = 0; d < 16 && !amb; d++) {
+                char p[5];
+                snprintf(p, sizeof p, "%x000", d);
+                (void)p;
+        }
+        ntfs_hash_hex(&c[1], hx);
+        ntfs_hash back;
+        char cand[256];
+        /* "s~2" is two steps back from the head */
+        ASSERT_OK(ntfs_resolve(st, "s~2", &back, NULL, 0));
+        ASSERT(memcmp(back.b, c[37].b, 32) == 0);
+        ASSERT_ERR(ntfs_resolve(st, "zzzz", &back, NULL, 0), -NTFS_ENOREF);
+        /* find two commits sharing a 1-digit prefix and ask with 4 digits of
+         * the shared part when they share 4; else check an impossible prefix */
+        ASSERT_ERR(ntfs_resolve(st, "0000000000000000000000000000000000000000000000000000000000000001", &back,
+                                cand, sizeof cand),
+                   -NTFS_ENOREF);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+TEST(ambiguous_prefix) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ntfs_ws *ws;
+        ntfs_hash c[300];
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, &c[0]));
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        uint64_t ino = mkfile(ws, NTFS_ROOT_INO, "f", "x");
+        /* 300 commits: by pigeonhole, two share their first 4 hex digits?
+         * Not guaranteed (65536 prefixes); instead use the 1-char-longer
+         * rule: find the pair with the longest common prefix and query it. */
+        for (int i = 1; i < 300; i++) {
+                char b[16];
+                snprintf(b, sizeof b, "%d", i);
+                ASSERT_OK(ntfs_ws_write(ws, ino, b, strlen(b), 0, false));
+                bool ch;
+                ASSERT_OK(ntfs_checkpoint(st, "s", b, NULL, &c[i], &ch));
+        }
+        size_t best = 0;
+        int bi = 0, bj = 1;
+        for (int i = 0; i < 300; i++)
+                for (int j = i + 1; j < 300; j++) {
+                        char a[65], b[65];
+                        ntfs_hash_hex(&c[i], a);
+                        ntfs_hash_hex(&c[j], b);
+                        size_t k = 0;
+                        while (a[k] == b[k])
+                                k++;
+                        if (k > best) {
+                                best = k;
+                                bi = i;
+                                bj = j;
+                        }
+                }
+        ASSERT(best >= 3); /* birthday bound: ~300^2/2/4096 = 11 expected pairs */
+        char a[65], sa[65], sb[65];
+        ntfs_hash_hex(&c[bi], a);
+        ntfs_hash back;
+        char cand[256];
+        if (best >= 4) {
+                a[best] = 0;
+                ASSERT_ERR(ntfs_resolve(st, a, &back, cand, sizeof cand), -NTFS_EAMBIGUOUS);
+                ASSERT(strchr(cand, ','));
+        }
+        ASSERT_OK(ntfs_short_id(st, &c[bi], sa));
+        ASSERT_OK(ntfs_short_id(st, &c[bj], sb));
+        ASSERT(strlen(sa) > best && strlen(sb) > best);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+struct diff_rec {
+        char lines[64][300];
+        int n;
+};
+static int diff_cb(const struct ntfs_diff_entry *e, void *ud) {
+        struct diff_rec *d = ud;
+        if (d->n < 64)
+                snprintf(d->lines[d->n++], 300, "%c %s", e->kind, e->path);
+        return 0;
+}
+static bool has_line(struct diff_rec *d, const char *l) {
+        for (int i = 0; i < d->n; i++)
+                if (strcmp(d->lines[i], l) == 0)
+                        return true;
+        return false;
+}
+
+TEST(diff_kinds) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ntfs_hash c1, c2;
+        bool ch;
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        struct ntfs_attr d, a;
+        ASSERT_OK(ntfs_ws_mkdir(ws, NTFS_ROOT_INO, "dir", 0755, 0, 0, &d));
+        mkfile(ws, d.ino, "keep", "k");
+        mkfile(ws, d.ino, "mod", "m1");
+        mkfile(ws, d.ino, "del", "d");
+        mkfile(ws, d.ino, "chmod", "c");
+        mkfile(ws, NTFS_ROOT_INO, "type", "t");
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &c1, &ch));
+        ASSERT_EQ(ntfs_ws_write(ws, must(ws, "dir/mod"), "m2", 2, 0, false), 2);
+        ASSERT_OK(ntfs_ws_unlink(ws, d.ino, "del"));
+        mkfile(ws, d.ino, "new", "n");
+        struct ntfs_attr in = { .mode = 0600 };
+        ASSERT_OK(ntfs_ws_setattr(ws, must(ws, "dir/chmod"), &in, NTFS_SET_MODE, &a));
+        ASSERT_OK(ntfs_ws_unlink(ws, NTFS_ROOT_INO, "type"));
+        ASSERT_OK(ntfs_ws_symlink(ws, NTFS_ROOT_INO, "type", "dir", 0, 0, &a));
+        /* against the working state */
+        struct diff_rec dr = { 0 };
+        char ref[65];
+        ntfs_hash_hex(&c1, ref);
+        ASSERT_OK(ntfs_diff(st, ref, NULL, "s", diff_cb, &dr));
+        ASSERT(has_line(&dr, "M dir/mod"));
+        ASSERT(has_line(&dr, "D dir/del"));
+        ASSERT(has_line(&dr, "A dir/new"));
+        ASSERT(has_line(&dr, "P dir/chmod"));
+        ASSERT(has_line(&dr, "T type"));
+        ASSERT_EQ(dr.n, 5);
+        /* and commit to commit, after a checkpoint */
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &c2, &ch));
+        char ref2[65];
+        ntfs_hash_hex(&c2, ref2);
+        struct diff_rec dr2 = { 0 };
+        ASSERT_OK(ntfs_diff(st, ref, ref2, NULL, diff_cb, &dr2));
+        ASSERT_EQ(dr2.n, 5);
+        struct diff_rec dr3 = { 0 };
+        ASSERT_OK(ntfs_diff(st, ref2, ref2, NULL, diff_cb, &dr3));
+        ASSERT_EQ(dr3.n, 0);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+TEST(posix_ops) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        struct ntfs_attr a, d1, d2;
+        ASSERT_OK(ntfs_ws_mkdir(ws, NTFS_ROOT_INO, "d1", 0755, 0, 0, &d1));
+        ASSERT_OK(ntfs_ws_mkdir(ws, NTFS_ROOT_INO, "d2", 0755, 0, 0, &d2));
+        ASSERT_ERR(ntfs_ws_mkdir(ws, NTFS_ROOT_INO, "d1", 0755, 0, 0, &a), -EEXIST);
+        uint64_t f = mkfile(ws, d1.ino, "f", "hello");
+        ASSERT_ERR(ntfs_ws_rmdir(ws, NTFS_ROOT_INO, "d1"), -ENOTEMPTY);
+        ASSERT_ERR(ntfs_ws_unlink(ws, NTFS_ROOT_INO, "d1"), -EISDIR);
+        ASSERT_ERR(ntfs_ws_rmdir(ws, d1.ino, "f"), -ENOTDIR);
+        /* sparse write far away, then read the hole */
+        ASSERT_EQ(ntfs_ws_write(ws, f, "Z", 1, (5ull << 30), false), 1);
+        ASSERT_OK(ntfs_ws_getattr(ws, f, &a));
+        ASSERT_EQ(a.size, (5ull << 30) + 1);
+        char buf[16];
+        ASSERT_EQ(ntfs_ws_read(ws, f, buf, 5, 0), 5);
+        ASSERT(memcmp(buf, "hello", 5) == 0);
+        ASSERT_EQ(ntfs_ws_read(ws, f, buf, 4, 1ull << 30), 4);
+        ASSERT(memcmp(buf, "\0\0\0\0", 4) == 0);
+        /* truncate shrink then extend reads zeros */
+        struct ntfs_attr in = { .size = 2 };
+        ASSERT_OK(ntfs_ws_setattr(ws, f, &in, NTFS_SET_SIZE, &a));
+        in.size = 10;
+        ASSERT_OK(ntfs_ws_setattr(ws, f, &in, NTFS_SET_SIZE, &a));
+        ASSERT_EQ(ntfs_ws_read(ws, f, buf, 16, 0), 10);
+        ASSERT(memcmp(buf, "he\0\0\0\0\0\0\0\0", 10) == 0);
+        /* append */
+        ASSERT_EQ(ntfs_ws_write(ws, f, "AB", 2, 0, true), 2);
+        ASSERT_OK(ntfs_ws_getattr(ws, f, &a));
+        ASSERT_EQ(a.size, 12);
+        /* hard links share an inode */
+        struct ntfs_attr l;
+        ASSERT_OK(ntfs_ws_link(ws, f, d2.ino, "g", &l));
+        ASSERT_EQ(l.ino, f);
+        ASSERT_EQ(l.nlink, 2);
+        ASSERT_ERR(ntfs_ws_link(ws, d1.ino, d2.ino, "dirlink", &l), -EPERM);
+        /* rename: over a file, NOREPLACE, EXCHANGE, into own subtree */
+        mkfile(ws, d2.ino, "other", "o");
+        ASSERT_ERR(ntfs_ws_rename(ws, d2.ino, "g", d2.ino, "other", RENAME_NOREPLACE), -EEXIST);
+        ASSERT_OK(ntfs_ws_rename(ws, d2.ino, "g", d2.ino, "other", RENAME_EXCHANGE));
+        ASSERT_OK(ntfs_ws_lookup(ws, d2.ino, "other", &a));
+        ASSERT_EQ(a.ino, f);
+        ASSERT_OK(ntfs_ws_rename(ws, d2.ino, "g", d2.ino, "other", 0));
+        ASSERT_OK(ntfs_ws_getattr(ws, f, &a));
+        ASSERT_EQ(a.nlink, 1);
+        ASSERT_ERR(ntfs_ws_rename(ws, NTFS_ROOT_INO, "d2", d2.ino, "inside", 0), -EINVAL);
+        struct ntfs_attr d3;
+        ASSERT_OK(ntfs_ws_mkdir(ws, NTFS_ROOT_INO, "d3", 0755, 0, 0, &d3));
+        ASSERT_OK(ntfs_ws_rename(ws, NTFS_ROOT_INO, "d3", NTFS_ROOT_INO, "d1", 0) == -ENOTEMPTY ? 0 : -1);
+        ASSERT_OK(ntfs_ws_rename(ws, NTFS_ROOT_INO, "d1", NTFS_ROOT_INO, "d3", 0)); /* over empty dir */
+        ASSERT_ERR(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "d1", &a), -ENOENT);
+        /* symlink */
+        ASSERT_OK(ntfs_ws_symlink(ws, NTFS_ROOT_INO, "ln", "d3/f", 0, 0, &a));
+        char t[64];
+        ASSERT_EQ(ntfs_ws_readlink(ws, a.ino, t, sizeof t), 4);
+        ASSERT(memcmp(t, "d3/f", 4) == 0);
+        /* xattrs */
+        ASSERT_OK(ntfs_ws_setxattr(ws, f, "user.k", "v", 1, XATTR_CREATE));
+        ASSERT_ERR(ntfs_ws_setxattr(ws, f, "user.k", "v", 1, XATTR_CREATE), -EEXIST);
+        ASSERT_ERR(ntfs_ws_setxattr(ws, f, "user.none", "v", 1, XATTR_REPLACE), -ENODATA);
+        ASSERT_EQ(ntfs_ws_getxattr(ws, f, "user.k", t, sizeof t), 1);
+        ASSERT_EQ(ntfs_ws_listxattr(ws, f, t, sizeof t), 7);
+        ASSERT_ERR(ntfs_ws_getxattr(ws, f, "user.k", t, 0) == 1 ? 0 : -1, 0);
+        bool ch;
+        ntfs_hash h;
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
+        ASSERT_EQ(ntfs_ws_getxattr(ws, f, "user.k", t, sizeof t), 1);
+        ASSERT_OK(ntfs_ws_removexattr(ws, f, "user.k"));
+        ASSERT_ERR(ntfs_ws_getxattr(ws, f, "user.k", t, sizeof t), -ENODATA);
+        /* mknod kinds */
+        ASSERT_OK(ntfs_ws_mknod(ws, NTFS_ROOT_INO, "fifo", S_IFIFO | 0644, 0, 0, 0, &a));
+        ASSERT_OK(ntfs_ws_mknod(ws, NTFS_ROOT_INO, "sock", S_IFSOCK | 0644, 0, 0, 0, &a));
+        ASSERT_ERR(ntfs_ws_mknod(ws, NTFS_ROOT_INO, "bad/name", S_IFREG | 0644, 0, 0, 0, &a), -EINVAL);
+        char longname[300];
+        memset(longname, 'n', 299);
+        longname[299] = 0;
+        ASSERT_ERR(ntfs_ws_mknod(ws, NTFS_ROOT_INO, longname, S_IFREG | 0644, 0, 0, 0, &a), -ENAMETOOLONG);
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
+        /* persist across reopen */
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        st = open_store();
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        ASSERT_OK(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "fifo", &a));
+        ASSERT(S_ISFIFO(a.mode));
+        { char rb[16]; ASSERT_EQ(ntfs_ws_read(ws, must(ws, "d3/f"), rb, sizeof rb, 0), 12); ASSERT(memcmp(rb, "he\0\0\0\0\0\0\0\0AB", 12) == 0); }
+        expect_content(ws, "d2/other", "o");
+        fsck_clean(st);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+TEST(hardlinks_across_checkpoints) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        struct ntfs_attr d, l;
+        ASSERT_OK(ntfs_ws_mkdir(ws, NTFS_ROOT_INO, "d", 0755, 0, 0, &d));
+        uint64_t f = mkfile(ws, NTFS_ROOT_INO, "a", "shared");
+        ASSERT_OK(ntfs_ws_link(ws, f, d.ino, "b", &l));
+        ntfs_hash c1, h;
+        bool ch;
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &c1, &ch));
+        ASSERT_OK(ntfs_fork(st, "s", "t", &h));
+        ntfs_ws *tw;
+        ASSERT_OK(ntfs_ws_open(st, "t", &tw));
+        struct ntfs_attr a1, a2;
+        ASSERT_OK(ntfs_ws_lookup(tw, NTFS_ROOT_INO, "a", &a1));
+        uint64_t tdi = must(tw, "d");
+        ASSERT_OK(ntfs_ws_lookup(tw, tdi, "b", &a2));
+        ASSERT_EQ(a1.ino, a2.ino);
+        ASSERT_EQ(a1.nlink, 2);
+        ASSERT_EQ(ntfs_ws_write(tw, a1.ino, "SHARED", 6, 0, false), 6);
+        expect_content(tw, "d/b", "SHARED");
+        ASSERT_OK(ntfs_checkpoint(st, "t", NULL, NULL, &h, &ch));
+        ASSERT(ch);
+        ASSERT_OK(ntfs_rollback(st, "t", NULL, 0, &h));
+        expect_content(tw, "d/b", "SHARED");
+        expect_content(tw, "a", "SHARED");
+        expect_content(ws, "d/b", "shared");
+        /* unlink one name; the other keeps the content */
+        ASSERT_OK(ntfs_ws_unlink(tw, NTFS_ROOT_INO, "a"));
+        ASSERT_OK(ntfs_checkpoint(st, "t", NULL, NULL, &h, &ch));
+        expect_content(tw, "d/b", "SHARED");
+        ASSERT_OK(ntfs_ws_unlink(tw, must(tw, "d"), "b"));
+        ASSERT_OK(ntfs_checkpoint(st, "t", NULL, NULL, &h, &ch));
+        fsck_clean(st);
+        ntfs_ws_close(tw);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+struct rd_state {
+        char names[4096][32];
+        int n;
+        int stop_after;
+        uint64_t last_cookie;
+};
+static int rd_cb(const char *name, const struct ntfs_attr *a, uint64_t next, void *ud) {
+        struct rd_state *s = ud;
+        if (s->stop_after && s->n >= s->stop_after)
+                return 1;
+        snprintf(s->names[s->n++], 32, "%s", name);
+        s->last_cookie = next;
+        return 0;
+}
+
+TEST(readdir_cookies_survive_changes) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        for (int i = 0; i < 500; i++) {
+                char n[32];
+                snprintf(n, sizeof n, "f%03d", i);
+                mkfile(ws, NTFS_ROOT_INO, n, NULL);
+        }
+        ntfs_hash h;
+        bool ch;
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
+        /* read 100, then delete and add other entries, then continue */
+        struct rd_state *s = calloc(1, sizeof *s);
+        s->stop_after = 100;
+        ASSERT_OK(ntfs_ws_readdir(ws, NTFS_ROOT_INO, 0, true, rd_cb, s));
+        ASSERT_EQ(s->n, 100);
+        /* remove 50 entries we did not see yet, plus add 50 new ones */
+        int removed = 0;
+        char seen[500] = { 0 };
+        for (int i = 0; i < s->n; i++)
+                seen[strtol(s->names[i] + 1, NULL, 10)] = 1;
+        for (int i = 0; i < 500 && removed < 50; i++)
+                if (!seen[i]) {
+                        char n[32];
+                        snprintf(n, sizeof n, "f%03d", i);
+                        ASSERT_OK(ntfs_ws_unlink(ws, NTFS_ROOT_INO, n));
+                        seen[i] = 2;
+                        removed++;
+                }
+        for (int i = 0; i < 50; i++) {
+                char n[32];
+                snprintf(n, sizeof n, "new%02d", i);
+                mkfile(ws, NTFS_ROOT_INO, n, NULL);
+        }
+        s->stop_after = 0;
+        ASSERT_OK(ntfs_ws_readdir(ws, NTFS_ROOT_INO, s->last_cookie, false, rd_cb, s));
+        /* every untouched entry exactly once */
+        int counts[500] = { 0 };
+        for (int i = 0; i < s->n; i++)
+                if (s->names[i][0] == 'f')
+                        counts[strtol(s->names[i] + 1, NULL, 10)]++;
+        for (int i = 0; i < 500; i++) {
+                if (seen[i] == 2)
+                        ASSERT_EQ(counts[i], 0);
+                else
+                        ASSERT_EQ(counts[i], 1);
+        }
+        free(s);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+TEST(quota_and_readonly_view) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ASSERT_OK(ntfs_session_set_quota(st, "s", 100000, 10));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        uint64_t f = mkfile(ws, NTFS_ROOT_INO, "f", NULL);
+        static char big[200000];
+        ASSERT_ERR(ntfs_ws_write(ws, f, big, sizeof big, 0, false), -EDQUOT);
+        ASSERT_EQ(ntfs_ws_write(ws, f, big, 50000, 0, false), 50000);
+        struct ntfs_attr a;
+        for (int i = 0; i < 8; i++) {
+                char n[8];
+                snprintf(n, sizeof n, "x%d", i);
+                ASSERT_OK(ntfs_ws_mknod(ws, NTFS_ROOT_INO, n, S_IFREG | 0644, 0, 0, 0, &a));
+        }
+        ASSERT_ERR(ntfs_ws_mknod(ws, NTFS_ROOT_INO, "over", S_IFREG | 0644, 0, 0, 0, &a), -EDQUOT);
+        ntfs_hash h;
+        bool ch;
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
+        ASSERT_OK(ntfs_tag_create(st, "s", "t1", NULL, NTFS_TAG_SESSION, NULL));
+        ntfs_ws *v;
+        ASSERT_OK(ntfs_ws_open_view(st, "t1", &v));
+        ASSERT(ntfs_ws_readonly(v));
+        ASSERT_OK(ntfs_ws_lookup(v, NTFS_ROOT_INO, "f", &a));
+        ASSERT_EQ(a.size, 50000);
+        ASSERT_ERR(ntfs_ws_write(v, a.ino, "x", 1, 0, false), -EROFS);
+        ASSERT_ERR(ntfs_ws_mkdir(v, NTFS_ROOT_INO, "d", 0755, 0, 0, &a), -EROFS);
+        ntfs_ws_close(v);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+/* ---- the randomized model test ------------------------------------------------------- */
+
+#define MF 24
+#define MAXSZ (3 * NTFS_CHUNK_SIZE + 1000)
+
+struct mfile {
+        char path[64];
+        int type; /* 0 none, 1 file, 2 dir, 3 symlink */
+        uint8_t *data;
+        size_t len;
+        uint32_t mode;
+};
+struct model {
+        struct mfile f[MF];
+};
+
+static uint64_t rng_state;
+static uint64_t rnd(void) {
+        rng_state ^= rng_state << 13;
+        rng_state ^= rng_state >> 7;
+        rng_state ^= rng_state << 17;
+        return rng_state;
+}
+
+static void model_copy(struct model *dst, const struct model *src) {
+        for (int i = 0; i < MF; i++) {
+                free(dst->f[i].data);
+                dst->f[i] = src->f[i];
+                dst->f[i].data = NULL;
+                if (src->f[i].data) {
+                        /* file buffers are always MAXSZ+1, zero past len */
+                        dst->f[i].data = calloc(1, MAXSZ + 1);
+                        memcpy(dst->f[i].data, src->f[i].data, src->f[i].len);
+                }
+        }
+}
+static void model_free(struct model *m) {
+        for (int i = 0; i < MF; i++) {
+                free(m->f[i].data);
+                m->f[i].data = NULL;
+        }
+}
+
+/* Paths: slot i lives at "d<i%4>/n<i>" when i >= 4; slots 0..3 are dirs. */
+static void slot_path(int i, char *out) {
+        if (i < 4)
+                snprintf(out, 64, "d%d", i);
+        else
+                snprintf(out, 64, "d%d/n%d", i % 4, i);
+}
+
+static void model_check(ntfs_ws *ws, const struct model *m, const char *what, unsigned step) {
+        static uint8_t buf[MAXSZ + 10];
+        for (int i = 0; i < MF; i++) {
+                char p[64];
+                slot_path(i, p);
+                const struct mfile *f = &m->f[i];
+                uint64_t ino;
+                char last[256];
+                int r = walk(ws, p, NULL, last, &ino);
+                if (f->type == 0) {
+                        if (r != -ENOENT)
+                                FAIL("%s step %u: %s should not exist (r=%d)", what, step, p, r);
+                        continue;
+                }
+                if (r < 0)
+                        FAIL("%s step %u: %s missing: %s", what, step, p, ntfs_strerror(r));
+                struct ntfs_attr a;
+                ASSERT_OK(ntfs_ws_getattr(ws, ino, &a));
+                if (f->type == 1) {
+                        if (!S_ISREG(a.mode) || a.size != f->len)
+                                FAIL("%s step %u: %s size %llu want %zu", what, step, p,
+                                     (unsigned long long)a.size, f->len);
+                        if ((a.mode & 07777) != f->mode)
+                                FAIL("%s step %u: %s mode %o want %o", what, step, p, a.mode & 07777, f->mode);
+                        ssize_t n = ntfs_ws_read(ws, ino, buf, sizeof buf, 0);
+                        if (n != (ssize_t)f->len || memcmp(buf, f->data, f->len) != 0) {
+                                size_t at = 0;
+                                while (at < f->len && buf[at] == f->data[at])
+                                        at++;
+                                FAIL("%s step %u: %s content differs (read %zd) at %zu: %02x want %02x", what,
+                                     step, p, n, at, buf[at], f->data[at]);
+                        }
+                } else if (f->type == 2) {
+                        ASSERT(S_ISDIR(a.mode));
+                } else {
+                        ASSERT(S_ISLNK(a.mode));
+                        char t[64];
+                        ssize_t n = ntfs_ws_readlink(ws, ino, t, sizeof t);
+                        ASSERT(n == (ssize_t)f->len && memcmp(t, f->data, f->len) == 0);
+                }
+        }
+        /* nothing extra at the top level */
+        int n = 0;
+        ASSERT_OK(ntfs_ws_readdir(ws, NTFS_ROOT_INO, 0, false, count_cb, &n));
+        int want = 0;
+        for (int i = 0; i < 4; i++)
+                want += m->f[i].type != 0;
+        if (n != want)
+                FAIL("%s step %u: root has %d entries, want %d", what, step, n, want);
+}
+
+static bool model_debug;
+#define MDBG(...)                                  \
+        do {                                       \
+                if (model_debug)                   \
+                        fprintf(stderr, __VA_ARGS__); \
+        } while (0)
+
+static void model_op(ntfs_store *st, ntfs_ws *ws, const char *sess, struct model *m) {
+        int i = (int)(rnd() % MF);
+        struct mfile *f = &m->f[i];
+        char p[64];
+        slot_path(i, p);
+        uint64_t parent, ino;
+        char last[256];
+        int r = walk(ws, p, &parent, last, &ino);
+        struct ntfs_attr a;
+        int op = (int)(rnd() % 10);
+        if (i < 4) { /* directories: create or remove when empty */
+                if (f->type == 0) {
+                        ASSERT_OK(ntfs_ws_mkdir(ws, NTFS_ROOT_INO, last, 0755, 0, 0, &a));
+                        f->type = 2;
+                } else if (op == 0) {
+                        bool empty = true;
+                        for (int j = 4; j < MF; j++)
+                                if (j % 4 == i && m->f[j].type)
+                                        empty = false;
+                        r = ntfs_ws_rmdir(ws, NTFS_ROOT_INO, last);
+                        if (empty) {
+                                ASSERT_OK(r);
+                                f->type = 0;
+                        } else
+                                ASSERT_ERR(r, -ENOTEMPTY);
+                }
+                return;
+        }
+        if (m->f[i % 4].type == 0)
+                return; /* parent directory missing */
+        if (f->type == 0) {
+                if (op < 8) {
+                        ASSERT_OK(ntfs_ws_mknod(ws, parent, last, S_IFREG | 0644, 0, 0, 0, &a));
+                        f->type = 1;
+                        f->len = 0;
+                        f->mode = 0644;
+                        f->data = calloc(1, MAXSZ + 1);
+                } else {
+                        char t[32];
+                        snprintf(t, sizeof t, "target-%d", (int)(rnd() % 1000));
+                        ASSERT_OK(ntfs_ws_symlink(ws, parent, last, t, 0, 0, &a));
+                        f->type = 3;
+                        f->len = strlen(t);
+                        f->data = (uint8_t *)strdup(t);
+                }
+                return;
+        }
+        ASSERT_OK(r);
+        if (op == 0 || (f->type == 3 && op < 5)) { /* unlink */
+                ASSERT_OK(ntfs_ws_unlink(ws, parent, last));
+                free(f->data);
+                memset(f, 0, sizeof *f);
+                return;
+        }
+        if (f->type != 1)
+                return;
+        if (op <= 5) { /* write at a random offset */
+                size_t off = rnd() % (MAXSZ - 10);
+                size_t len = 1 + rnd() % (MAXSZ - off);
+                if (len > 70000)
+                        len = 1 + rnd() % 70000;
+                uint8_t *buf = malloc(len);
+                uint8_t v = (uint8_t)rnd();
+                for (size_t k = 0; k < len; k++)
+                        buf[k] = (rnd() % 4) ? v : (uint8_t)k;
+                MDBG("write %s off %zu len %zu (size %zu)\n", p, off, len, f->len);
+                ASSERT_EQ(ntfs_ws_write(ws, ino, buf, len, off, false), (long)len);
+                memcpy(f->data + off, buf, len);
+                if (off + len > f->len)
+                        f->len = off + len;
+                free(buf);
+        } else if (op == 6) { /* truncate */
+                size_t nl = rnd() % MAXSZ;
+                struct ntfs_attr in = { .size = nl };
+                MDBG("truncate %s %zu (size %zu)\n", p, nl, f->len);
+                ASSERT_OK(ntfs_ws_setattr(ws, ino, &in, NTFS_SET_SIZE, &a));
+                if (nl < f->len)
+                        memset(f->data + nl, 0, f->len - nl);
+                f->len = nl;
+        } else if (op == 7) { /* chmod */
+                uint32_t mode = (rnd() % 2) ? 0600 : 0755;
+                struct ntfs_attr in = { .mode = mode };
+                ASSERT_OK(ntfs_ws_setattr(ws, ino, &in, NTFS_SET_MODE, &a));
+                f->mode = mode;
+        } else { /* rename onto another slot in the same or another dir */
+                int j = 4 + (int)(rnd() % (MF - 4));
+                if (j == i || m->f[j % 4].type == 0 || m->f[j].type == 2)
+                        return;
+                char q[64], qlast[256];
+                slot_path(j, q);
+                uint64_t qparent, qino;
+                walk(ws, q, &qparent, qlast, &qino);
+                MDBG("rename %s -> %s\n", p, q);
+                ASSERT_OK(ntfs_ws_rename(ws, parent, last, qparent, qlast, 0));
+                free(m->f[j].data);
+                m->f[j] = *f;
+                memset(f, 0, sizeof *f);
+        }
+        (void)st;
+        (void)sess;
+}
+
+TEST(model_random) {
+        uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
+        const char *e = getenv("NTFS_MODEL_SEED");
+        if (e)
+                seed = strtoull(e, NULL, 10);
+        unsigned steps = 1500;
+        e = getenv("NTFS_MODEL_STEPS");
+        if (e)
+                steps = (unsigned)strtoul(e, NULL, 10);
+        printf("# model seed %llu (NTFS_MODEL_SEED=%llu replays it), %u steps\n", (unsigned long long)seed,
+               (unsigned long long)seed, steps);
+        rng_state = seed | 1;
+        model_debug = getenv("NTFS_MODEL_DEBUG") != NULL;
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ASSERT_OK(ntfs_session_create(st, "m", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "m", &ws));
+        static struct model cur, saved[16], forkm;
+        char saved_id[16][65];
+        int nsaved = 0, forks = 0, rollbacks = 0, checkpoints = 0, reopens = 0;
+        bool have_fork = false;
+        for (unsigned step = 0; step < steps; step++) {
+                int what = (int)(rnd() % 100);
+                if (what < 8) {
+                        ntfs_hash h;
+                        bool ch;
+                        MDBG("checkpoint\n");
+                        ASSERT_OK(ntfs_checkpoint(st, "m", "model", NULL, &h, &ch));
+                        int slot = nsaved < 16 ? nsaved++ : (int)(rnd() % 16);
+                        model_copy(&saved[slot], &cur);
+                        ntfs_hash_hex(&h, saved_id[slot]);
+                        checkpoints++;
+                } else if (what < 12 && nsaved) {
+                        int slot = (int)(rnd() % nsaved);
+                        ntfs_hash h;
+                        MDBG("rollback %d\n", slot);
+                        ASSERT_OK(ntfs_rollback(st, "m", saved_id[slot], 0, &h));
+                        model_copy(&cur, &saved[slot]);
+                        rollbacks++;
+                } else if (what < 14) {
+                        /* fork the live state; the fork must equal it, now and later */
+                        MDBG("fork\n");
+                        if (have_fork)
+                                ASSERT_OK(ntfs_session_end(st, "fork"));
+                        ASSERT_OK(ntfs_fork(st, "m", "fork", NULL));
+                        model_copy(&forkm, &cur);
+                        have_fork = true;
+                        forks++;
+                        ntfs_ws *fw;
+                        ASSERT_OK(ntfs_ws_open(st, "fork", &fw));
+                        model_check(fw, &forkm, "fork", step);
+                        ntfs_ws_close(fw);
+                } else if (what < 15) {
+                        MDBG("reopen\n");
+                        ntfs_ws_close(ws);
+                        ntfs_store_close(st);
+                        st = open_store();
+                        ASSERT_OK(ntfs_ws_open(st, "m", &ws));
+                        reopens++;
+                } else {
+                        model_op(st, ws, "m", &cur);
+                }
+                model_check(ws, &cur, "main", step);
+        }
+        if (have_fork) {
+                ntfs_ws *fw;
+                ASSERT_OK(ntfs_ws_open(st, "fork", &fw));
+                model_check(fw, &forkm, "fork-final", steps);
+                ntfs_ws_close(fw);
+        }
+        printf("# %u steps: %d checkpoints, %d rollbacks, %d forks, %d reopens\n", steps, checkpoints,
+               rollbacks, forks, reopens);
+        struct ntfs_gc_stats gs;
+        ASSERT_OK(ntfs_gc(st, NULL, 0, &gs));
+        fsck_clean(st);
+        /* after gc every saved checkpoint is still intact (reflog keeps them) */
+        for (int i = 0; i < nsaved; i++) {
+                ntfs_ws *v;
+                ASSERT_OK(ntfs_ws_open_view(st, saved_id[i], &v));
+                model_check(v, &saved[i], "after-gc", (unsigned)i);
+                ntfs_ws_close(v);
+        }
+        model_check(ws, &cur, "final", steps);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        model_free(&cur);
+        model_free(&forkm);
+        for (int i = 0; i < 16; i++)
+                model_free(&saved[i]);
+        rm_rf(tmpdir);
+}
+
+/* ---- gc ------------------------------------------------------------------------------ */
+
+TEST(gc_keeps_reachable_frees_unreachable) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        uint64_t f = mkfile(ws, NTFS_ROOT_INO, "f", "v1");
+        ntfs_hash c1, c2, pinned;
+        bool ch;
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &c1, &ch));
+        ASSERT_OK(ntfs_tag_create(st, "s", "keep", NULL, NTFS_TAG_STORE, NULL));
+        ASSERT_EQ(ntfs_ws_write(ws, f, "v2", 2, 0, false), 2);
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &c2, &ch));
+        /* a throwaway session whose commits only the pin keeps */
+        ASSERT_OK(ntfs_session_create(st, "tmp", NULL, NULL));
+        ntfs_ws *tw;
+        ASSERT_OK(ntfs_ws_open(st, "tmp", &tw));
+        mkfile(tw, NTFS_ROOT_INO, "p", "pinned content");
+        ASSERT_OK(ntfs_checkpoint(st, "tmp", NULL, NULL, &pinned, &ch));
+        ntfs_ws_close(tw);
+        ASSERT_OK(ntfs_session_create(st, "gone", NULL, NULL));
+        ASSERT_OK(ntfs_ws_open(st, "gone", &tw));
+        static char junk[100000];
+        memset(junk, 'j', sizeof junk);
+        uint64_t g = mkfile(tw, NTFS_ROOT_INO, "junk", NULL);
+        ASSERT_EQ(ntfs_ws_write(tw, g, junk, sizeof junk, 0, false), (long)sizeof junk);
+        ntfs_hash gc1;
+        ASSERT_OK(ntfs_checkpoint(st, "gone", NULL, NULL, &gc1, &ch));
+        ntfs_ws_close(tw);
+        ASSERT_OK(ntfs_session_end(st, "gone"));
+        ASSERT_OK(ntfs_session_end(st, "tmp"));
+        /* uncommitted working state must survive gc too */
+        ASSERT_EQ(ntfs_ws_write(ws, f, "v3-uncommitted", 14, 0, false), 14);
+        struct ntfs_gc_stats gs;
+        ASSERT_OK(ntfs_gc(st, &pinned, 1, &gs));
+        ASSERT(gs.objects_freed > 0);
+        fsck_clean(st);
+        struct ntfs_commit_info ci;
+        ASSERT_ERR(ntfs_commit_get(st, &gc1, &ci), -NTFS_ENOREF);
+        ntfs_ws *v;
+        ASSERT_OK(ntfs_ws_open_view(st, "keep", &v));
+        expect_content(v, "f", "v1");
+        ntfs_ws_close(v);
+        char pin[65];
+        ntfs_hash_hex(&pinned, pin);
+        ASSERT_OK(ntfs_ws_open_view(st, pin, &v));
+        expect_content(v, "p", "pinned content");
+        ntfs_ws_close(v);
+        expect_content(ws, "f", "v3-uncommitted");
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+TEST(fsck_finds_corruption) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        static char data[NTFS_CHUNK_SIZE];
+        memset(data, 'Q', sizeof data);
+        uint64_t f = mkfile(ws, NTFS_ROOT_INO, "f", NULL);
+        ASSERT_EQ(ntfs_ws_write(ws, f, data, sizeof data, 0, false), (long)sizeof data);
+        ntfs_hash h;
+        bool ch;
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        /* flip a byte of the chunk in the data file */
+        char path[300];
+        snprintf(path, sizeof path, "%s/data.mdb", tmpdir);
+        int fd = open(path, O_RDWR);
+        ASSERT(fd >= 0);
+        struct stat sb;
+        fstat(fd, &sb);
+        char *m = malloc((size_t)sb.st_size);
+        ASSERT_EQ(pread(fd, m, (size_t)sb.st_size, 0), sb.st_size);
+        /* every copy (free pages may hold stale ones) */
+        int hits = 0;
+        for (char *hit = m; (hit = memmem(hit, (size_t)(m + sb.st_size - hit), data, 4096)); hit += 4096) {
+                char z = 'X';
+                ASSERT_EQ(pwrite(fd, &z, 1, (hit - m) + 100), 1);
+                hits++;
+        }
+        ASSERT(hits >= 1);
+        close(fd);
+        free(m);
+        st = open_store();
+        int problems = 0;
+        struct ntfs_fsck_stats fs;
+        ASSERT_ERR(ntfs_fsck(st, problem_cb, &problems, &fs), -NTFS_ECORRUPT);
+        ASSERT_EQ(problems, 1);
+        ASSERT_EQ(fs.problems, 1);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+/* ---- crash points ------------------------------------------------------------------- */
+
+/* A child runs a deterministic workload; the fault point crashes it at its
+ * nth hit. It reports each acknowledged checkpoint (id and expected content
+ * of file "f") on a pipe. The parent reopens, runs fsck, and checks every
+ * acknowledged checkpoint. */
+static void crash_child(int wfd, const char *point, unsigned n) {
+        ntfs_store *st;
+        if (ntfs_store_open(tmpdir, &(struct ntfs_store_opts){ .no_flusher = true }, &st) < 0)
+                _exit(3);
+        ntfs_fault_arm(point, n, NTFS_FAULT_CRASH);
+        ntfs_ws *ws;
+        if (ntfs_ws_open(st, "s", &ws) < 0)
+                _exit(4);
+        for (int round = 0; round < 6; round++) {
+                char name[16], content[64];
+                snprintf(name, sizeof name, "r%d", round);
+                snprintf(content, sizeof content, "round %d content", round);
+                struct ntfs_attr a;
+                if (ntfs_ws_mknod(ws, NTFS_ROOT_INO, name, S_IFREG | 0644, 0, 0, 0, &a) < 0)
+                        _exit(5);
+                if (ntfs_ws_write(ws, a.ino, content, strlen(content), 0, false) < 0)
+                        _exit(6);
+                if (round % 2 && ntfs_ws_unlink(ws, NTFS_ROOT_INO, name) < 0)
+                        _exit(7);
+                if (ntfs_ws_fsync(ws) < 0)
+                        _exit(8);
+                ntfs_hash h;
+                bool ch;
+                if (ntfs_checkpoint(st, "s", name, NULL, &h, &ch) < 0)
+                        _exit(9);
+                char line[128];
+                char hex[65];
+                ntfs_hash_hex(&h, hex);
+                int len = snprintf(line, sizeof line, "%s %d\n", hex, round);
+                if (write(wfd, line, (size_t)len) != len)
+                        _exit(10);
+        }
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        _exit(0);
+}
+
+TEST(crash_points) {
+        const char *points[] = { "store.commit", "store.sync", "store.checkpoint.objects", "store.serialize",
+                                 "store.create", "store.unlink" };
+        int crashes = 0, runs = 0;
+        for (size_t p = 0; p < ARRAY_SIZE(points); p++) {
+                for (unsigned n = 1; n <= 12; n++) {
+                        fresh_dir();
+                        ntfs_store *st = open_store();
+                        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+                        ntfs_store_close(st);
+                        int pfd[2];
+                        ASSERT_OK(pipe(pfd));
+                        pid_t pid = fork();
+                        ASSERT(pid >= 0);
+                        if (pid == 0) {
+                                close(pfd[0]);
+                                crash_child(pfd[1], points[p], n);
+                        }
+                        close(pfd[1]);
+                        char buf[4096];
+                        size_t got = 0;
+                        ssize_t rr;
+                        while ((rr = read(pfd[0], buf + got, sizeof buf - 1 - got)) > 0)
+                                got += (size_t)rr;
+                        buf[got] = 0;
+                        close(pfd[0]);
+                        int status;
+                        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+                        runs++;
+                        bool crashed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+                        if (!crashed && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+                                FAIL("%s:%u: child exited %d", points[p], n, status);
+                        crashes += crashed;
+                        /* reopen, fsck, and check each acknowledged checkpoint */
+                        st = open_store();
+                        fsck_clean(st);
+                        int acked = 0;
+                        for (char *save = NULL, *line = strtok_r(buf, "\n", &save); line;
+                             line = strtok_r(NULL, "\n", &save)) {
+                                char hex[65];
+                                int round;
+                                ASSERT_EQ(sscanf(line, "%64s %d", hex, &round), 2);
+                                ntfs_ws *v;
+                                ASSERT_OK(ntfs_ws_open_view(st, hex, &v));
+                                for (int k = 0; k <= round; k++) {
+                                        char name[16], want[64];
+                                        snprintf(name, sizeof name, "r%d", k);
+                                        snprintf(want, sizeof want, "round %d content", k);
+                                        struct ntfs_attr a;
+                                        int lr = ntfs_ws_lookup(v, NTFS_ROOT_INO, name, &a);
+                                        if (k % 2) {
+                                                ASSERT_ERR(lr, -ENOENT);
+                                        } else {
+                                                ASSERT_OK(lr);
+                                                char rb[64] = { 0 };
+                                                ASSERT_EQ(ntfs_ws_read(v, a.ino, rb, sizeof rb, 0),
+                                                          (long)strlen(want));
+                                                ASSERT_STREQ(rb, want);
+                                        }
+                                }
+                                ntfs_ws_close(v);
+                                acked++;
+                        }
+                        /* the session's head is at least the last acknowledged checkpoint */
+                        struct ntfs_session_info si;
+                        ASSERT_OK(ntfs_session_get(st, "s", &si));
+                        ntfs_ws *ws;
+                        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+                        ntfs_ws_close(ws);
+                        ntfs_store_close(st);
+                        rm_rf(tmpdir);
+                        if (!crashed)
+                                break; /* this point has fewer than n hits */
+                }
+        }
+        printf("# crash points: %d runs, %d crashes, every store reopened and verified\n", runs, crashes);
+        ASSERT(crashes >= 20);
+}
+
+TEST(io_error_leaves_store_consistent) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        mkfile(ws, NTFS_ROOT_INO, "a", "A");
+        ntfs_hash h1, h;
+        bool ch;
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h1, &ch));
+        mkfile(ws, NTFS_ROOT_INO, "b", "B");
+        ntfs_fault_arm("store.checkpoint.objects", 1, NTFS_FAULT_ERROR);
+        ASSERT_ERR(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch), -EIO);
+        ntfs_fault_disarm();
+        struct ntfs_session_info si;
+        ASSERT_OK(ntfs_session_get(st, "s", &si));
+        ASSERT(memcmp(si.head.b, h1.b, 32) == 0);
+        expect_content(ws, "b", "B");
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
+        ASSERT(ch);
+        fsck_clean(st);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+int main(void) {
+        RUN(open_lock_and_reopen);
+        RUN(invalid_names_and_unknowns);
+        RUN(checkpoint_rollback_fork_tag);
+        RUN(short_ids_and_resolve);
+        RUN(ambiguous_prefix);
+        RUN(diff_kinds);
+        RUN(posix_ops);
+        RUN(hardlinks_across_checkpoints);
+        RUN(readdir_cookies_survive_changes);
+        RUN(quota_and_readonly_view);
+        RUN(gc_keeps_reachable_frees_unreachable);
+        RUN(fsck_finds_corruption);
+        RUN(io_error_leaves_store_consistent);
+        RUN(crash_points);
+        RUN(model_random);
+        return tap_done();
+}
