@@ -1,0 +1,345 @@
+/* SPDX-License-Identifier: MIT */
+#include "ctl/client.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/err.h"
+#include "common/banned.h"
+
+struct ntfs_client {
+        CURL *curl;
+        char *socket_path;
+        unsigned timeout_ms;
+        size_t max_response;
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+
+static void curl_init_once(void) {
+        curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+int ntfs_client_new(const char *socket_path, ntfs_client **ret) {
+        if (!socket_path || !*socket_path)
+                return -EINVAL;
+        pthread_once(&curl_once, curl_init_once);
+        if (curl_init_rc != CURLE_OK)
+                return -ENOMEM;
+        ntfs_client *c = calloc(1, sizeof *c);
+        if (!c)
+                return -ENOMEM;
+        c->socket_path = strdup(socket_path);
+        c->curl = curl_easy_init();
+        if (!c->socket_path || !c->curl) {
+                ntfs_client_free(c);
+                return -ENOMEM;
+        }
+        c->timeout_ms = NTFS_CLIENT_DEFAULT_TIMEOUT_MS;
+        c->max_response = NTFS_CLIENT_DEFAULT_MAX_RESPONSE;
+        *ret = c;
+        return 0;
+}
+
+void ntfs_client_free(ntfs_client *c) {
+        if (!c)
+                return;
+        if (c->curl)
+                curl_easy_cleanup(c->curl);
+        free(c->socket_path);
+        free(c);
+}
+
+void ntfs_client_set_timeout(ntfs_client *c, unsigned ms) {
+        c->timeout_ms = ms;
+}
+
+void ntfs_client_set_max_response(ntfs_client *c, size_t bytes) {
+        c->max_response = bytes;
+}
+
+void ntfs_client_response_release(struct ntfs_client_response *r) {
+        if (!r)
+                return;
+        json_decref(r->json);
+        free(r->body);
+        memset(r, 0, sizeof *r);
+}
+
+struct sink {
+        ntfs_client *c;
+        char *buf;
+        size_t len, cap;
+        int fd;        /* download: >= 0 */
+        bool to_fd;    /* decided at the first byte: 2xx and fd given */
+        bool decided;
+        int err;
+};
+
+static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud) {
+        struct sink *s = ud;
+        size_t n = size * nmemb;
+        if (!s->decided) {
+                long status = 0;
+                curl_easy_getinfo(s->c->curl, CURLINFO_RESPONSE_CODE, &status);
+                s->to_fd = s->fd >= 0 && status >= 200 && status < 300;
+                s->decided = true;
+        }
+        if (s->to_fd) {
+                const char *p = ptr;
+                size_t left = n;
+                while (left > 0) {
+                        ssize_t w = write(s->fd, p, left);
+                        if (w < 0) {
+                                if (errno == EINTR)
+                                        continue;
+                                s->err = -errno;
+                                return 0;
+                        }
+                        p += w;
+                        left -= (size_t)w;
+                }
+                return n;
+        }
+        if (n > s->c->max_response - s->len) {
+                s->err = -E2BIG;
+                return 0;
+        }
+        if (s->len + n + 1 > s->cap) {
+                size_t ncap = s->cap ? s->cap : 4096;
+                while (ncap < s->len + n + 1)
+                        ncap *= 2;
+                char *nb = realloc(s->buf, ncap);
+                if (!nb) {
+                        s->err = -ENOMEM;
+                        return 0;
+                }
+                s->buf = nb;
+                s->cap = ncap;
+        }
+        memcpy(s->buf + s->len, ptr, n);
+        s->len += n;
+        return n;
+}
+
+static int map_curl(ntfs_client *c, CURLcode rc, const struct sink *s) {
+        long oserr = 0;
+        switch (rc) {
+        case CURLE_OK:
+                return 0;
+        case CURLE_COULDNT_CONNECT:
+                curl_easy_getinfo(c->curl, CURLINFO_OS_ERRNO, &oserr);
+                if (oserr == ENOENT || oserr == EACCES || oserr == ECONNREFUSED || oserr == ENOTDIR)
+                        return -(int)oserr;
+                return -ECONNREFUSED;
+        case CURLE_OPERATION_TIMEDOUT:
+                return -NTFS_ETIMEOUT;
+        case CURLE_WRITE_ERROR:
+                return s->err < 0 ? s->err : -EIO;
+        case CURLE_OUT_OF_MEMORY:
+                return -ENOMEM;
+        case CURLE_WEIRD_SERVER_REPLY:
+        case CURLE_UNSUPPORTED_PROTOCOL:
+        case CURLE_BAD_CONTENT_ENCODING:
+                return -EPROTO;
+        default:
+                return -EIO;
+        }
+}
+
+static int perform(ntfs_client *c, const char *method, const char *path, const char *content_type,
+                   const void *body, size_t body_len, bool has_body, int fd, struct ntfs_client_response *ret) {
+        if (!method || !path || path[0] != '/' || strpbrk(path, " \r\n"))
+                return -EINVAL;
+        _cleanup_free_ char *url = NULL;
+        if (asprintf(&url, "http://localhost%s", path) < 0)
+                return -ENOMEM;
+        CURL *h = c->curl;
+        curl_easy_reset(h);
+        struct sink s = { .c = c, .fd = fd };
+        struct curl_slist *hdrs = NULL, *tmp;
+        char ct[160];
+        int r = 0;
+
+        tmp = curl_slist_append(hdrs, "Expect:"); /* never wait for 100-continue */
+        if (!tmp)
+                return -ENOMEM;
+        hdrs = tmp;
+        if (has_body) {
+                snprintf(ct, sizeof ct, "Content-Type: %s", content_type ? content_type : "application/json");
+                tmp = curl_slist_append(hdrs, ct);
+                if (!tmp) {
+                        curl_slist_free_all(hdrs);
+                        return -ENOMEM;
+                }
+                hdrs = tmp;
+        }
+        if (curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, c->socket_path) != CURLE_OK ||
+            curl_easy_setopt(h, CURLOPT_URL, url) != CURLE_OK) {
+                curl_slist_free_all(hdrs);
+                return -ENOMEM;
+        }
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)c->timeout_ms);
+        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, c->timeout_ms ? (long)c->timeout_ms : 0L);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
+        if (strcmp(method, "HEAD") == 0)
+                curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+        if (has_body) {
+                curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+                curl_easy_setopt(h, CURLOPT_POSTFIELDS, body_len ? body : "");
+        }
+        CURLcode rc = curl_easy_perform(h);
+        curl_slist_free_all(hdrs);
+        r = map_curl(c, rc, &s);
+        if (r < 0) {
+                free(s.buf);
+                return r;
+        }
+        memset(ret, 0, sizeof *ret);
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &ret->status);
+        char *rct = NULL;
+        if (curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &rct) == CURLE_OK && rct)
+                snprintf(ret->content_type, sizeof ret->content_type, "%s", rct);
+        if (!s.buf) {
+                s.buf = strdup("");
+                if (!s.buf)
+                        return -ENOMEM;
+        }
+        s.buf[s.len] = 0;
+        ret->body = s.buf;
+        ret->body_len = s.len;
+        if (s.len > 0 && strncmp(ret->content_type, "application/json", 16) == 0)
+                ret->json = json_loadb(s.buf, s.len, 0, NULL);
+        return 0;
+}
+
+int ntfs_client_request(ntfs_client *c, const char *method, const char *path, const json_t *body,
+                        struct ntfs_client_response *ret) {
+        _cleanup_free_ char *buf = NULL;
+        if (body) {
+                buf = json_dumps(body, JSON_COMPACT);
+                if (!buf)
+                        return -EINVAL;
+        }
+        return perform(c, method, path, NULL, buf, buf ? strlen(buf) : 0, body != NULL, -1, ret);
+}
+
+int ntfs_client_request_raw(ntfs_client *c, const char *method, const char *path, const char *content_type,
+                            const void *body, size_t len, struct ntfs_client_response *ret) {
+        return perform(c, method, path, content_type, body, len, body != NULL, -1, ret);
+}
+
+int ntfs_client_download(ntfs_client *c, const char *method, const char *path, const json_t *body, int fd,
+                         long *ret_status, struct ntfs_client_response *ret) {
+        if (fd < 0)
+                return -EBADF;
+        _cleanup_free_ char *buf = NULL;
+        if (body) {
+                buf = json_dumps(body, JSON_COMPACT);
+                if (!buf)
+                        return -EINVAL;
+        }
+        struct ntfs_client_response res = { 0 };
+        int r = perform(c, method, path, NULL, buf, buf ? strlen(buf) : 0, body != NULL, fd, &res);
+        if (r < 0)
+                return r;
+        if (ret_status)
+                *ret_status = res.status;
+        if (ret)
+                *ret = res;
+        else
+                ntfs_client_response_release(&res);
+        return 0;
+}
+
+int ntfs_client_error(const struct ntfs_client_response *r, const char **code, const char **message) {
+        json_t *e = r->json ? json_object_get(r->json, "error") : NULL;
+        const char *cd = e ? json_string_value(json_object_get(e, "code")) : NULL;
+        const char *msg = e ? json_string_value(json_object_get(e, "message")) : NULL;
+        if (cd) {
+                if (code)
+                        *code = cd;
+                if (message)
+                        *message = msg ? msg : cd;
+                return 0;
+        }
+        if (code)
+                *code = r->status >= 500 ? "internal" : "bad_request";
+        if (message)
+                *message = r->body && r->body[0] ? r->body : "the server answered without an error object";
+        return -ENOENT;
+}
+
+int ntfs_client_errcode_parse(const char *code) {
+        static const int errnos[] = { ENOENT, EEXIST, EINVAL, ENOSPC, EDQUOT, ENOMEM, EBUSY, EROFS,
+                                      EACCES, ENOTDIR, EISDIR, E2BIG, ETIMEDOUT, EIO };
+        if (!code)
+                return -EIO;
+        for (int e = NTFS_EBASE + 1; e < NTFS_ELAST; e++)
+                if (strcmp(ntfs_errcode(-e), code) == 0)
+                        return -e;
+        for (size_t i = 0; i < ARRAY_SIZE(errnos); i++)
+                if (strcmp(ntfs_errcode(-errnos[i]), code) == 0)
+                        return -errnos[i];
+        return -EIO;
+}
+
+int ntfs_client_call(ntfs_client *c, const char *method, const char *path, const json_t *body,
+                     json_t **ret_json, char *errbuf, size_t errlen) {
+        struct ntfs_client_response res = { 0 };
+        int r = ntfs_client_request(c, method, path, body, &res);
+        if (r < 0) {
+                if (errbuf && errlen)
+                        snprintf(errbuf, errlen, "%s: %s", ntfs_errcode(r), ntfs_strerror(r));
+                return r;
+        }
+        if (res.status >= 200 && res.status < 300) {
+                if (ret_json)
+                        *ret_json = TAKE_PTR(res.json);
+                ntfs_client_response_release(&res);
+                return 0;
+        }
+        const char *code, *msg;
+        ntfs_client_error(&res, &code, &msg);
+        r = ntfs_client_errcode_parse(code);
+        if (errbuf && errlen)
+                snprintf(errbuf, errlen, "%s: %s", code, msg);
+        ntfs_client_response_release(&res);
+        return r;
+}
+
+int ntfs_client_escape(const char *segment, char *buf, size_t len) {
+        static const char hex[] = "0123456789ABCDEF";
+        size_t o = 0;
+        for (const unsigned char *p = (const unsigned char *)segment; *p; p++) {
+                bool plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                             *p == '-' || *p == '.' || *p == '_' || *p == '~';
+                size_t need = plain ? 1 : 3;
+                if (o + need + 1 > len)
+                        return -ENAMETOOLONG;
+                if (plain)
+                        buf[o++] = (char)*p;
+                else {
+                        buf[o++] = '%';
+                        buf[o++] = hex[*p >> 4];
+                        buf[o++] = hex[*p & 15];
+                }
+        }
+        if (len == 0)
+                return -ENAMETOOLONG;
+        buf[o] = 0;
+        return (int)o;
+}
