@@ -1,0 +1,307 @@
+/* SPDX-License-Identifier: MIT
+ * cgroup.c — per-run cgroups for the jail, v2 or v1 (see jail-internal.h).
+ *
+ * A run gets its own directory under the helper's own cgroup in each
+ * hierarchy it uses: v2 when the unified hierarchy offers memory and pids,
+ * otherwise the v1 memory, pids and cpu hierarchies, each where mounted.
+ */
+#include "exec/jail-internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/util.h"
+#include "common/banned.h"
+
+static int write_str(const char *dir, const char *file, const char *val) {
+        char path[PATH_MAX];
+        int n = snprintf(path, sizeof path, "%s/%s", dir, file);
+        if (n < 0 || (size_t)n >= sizeof path)
+                return -ENAMETOOLONG;
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        size_t l = strlen(val);
+        ssize_t w;
+        do
+                w = write(fd, val, l);
+        while (w < 0 && errno == EINTR);
+        if (w < 0)
+                return -errno;
+        return (size_t)w == l ? 0 : -EIO;
+}
+
+static int read_small(const char *dir, const char *file, char **ret) {
+        char path[PATH_MAX];
+        int n = snprintf(path, sizeof path, "%s/%s", dir, file);
+        if (n < 0 || (size_t)n >= sizeof path)
+                return -ENAMETOOLONG;
+        return ntfs_read_file(path, 1024 * 1024, ret, NULL);
+}
+
+static bool has_token(const char *list, const char *tok, const char *seps) {
+        size_t tl = strlen(tok);
+        const char *p = list;
+        while (*p) {
+                size_t l = strcspn(p, seps);
+                if (l == tl && memcmp(p, tok, tl) == 0)
+                        return true;
+                p += l;
+                if (*p)
+                        p++;
+        }
+        return false;
+}
+
+/* Finds the directory of this process's cgroup in the hierarchy that is
+ * mounted with fstype and (for v1) carries controller. */
+static int own_cgroup_dir(const char *fstype, const char *controller, char **ret) {
+        _cleanup_free_ char *mi = NULL, *pc = NULL;
+        int r = ntfs_read_file("/proc/self/mountinfo", 4 * 1024 * 1024, &mi, NULL);
+        if (r < 0)
+                return r;
+        r = ntfs_read_file("/proc/self/cgroup", 1024 * 1024, &pc, NULL);
+        if (r < 0)
+                return r;
+        char mnt[PATH_MAX] = "", root[PATH_MAX] = "";
+        for (char *save = NULL, *line = strtok_r(mi, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                char *f[16];
+                int nf = 0;
+                for (char *s2 = NULL, *t = strtok_r(line, " ", &s2); t && nf < 16; t = strtok_r(NULL, " ", &s2))
+                        f[nf++] = t;
+                int dash = -1;
+                for (int i = 6; i < nf; i++)
+                        if (strcmp(f[i], "-") == 0) {
+                                dash = i;
+                                break;
+                        }
+                if (dash < 0 || dash + 3 >= nf || strcmp(f[dash + 1], fstype) != 0)
+                        continue;
+                if (controller && !has_token(f[dash + 3], controller, ","))
+                        continue;
+                snprintf(mnt, sizeof mnt, "%s", f[4]);
+                snprintf(root, sizeof root, "%s", f[3]);
+                break;
+        }
+        if (!mnt[0])
+                return -ENOENT;
+        const char *path = NULL;
+        for (char *save = NULL, *line = strtok_r(pc, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                char *c1 = strchr(line, ':');
+                char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+                if (!c2)
+                        continue;
+                *c2 = 0;
+                bool match = controller ? has_token(c1 + 1, controller, ",") : (strcmp(line, "0:") == 0 || c1[1] == 0);
+                if (match) {
+                        path = c2 + 1;
+                        break;
+                }
+        }
+        if (!path)
+                return -ENOENT;
+        /* The mount may show a sub-tree (containers): strip its root. */
+        size_t rl = strlen(root);
+        if (strcmp(root, "/") != 0 && strncmp(path, root, rl) == 0 && (path[rl] == '/' || path[rl] == 0))
+                path += rl;
+        char dir[PATH_MAX];
+        int n = snprintf(dir, sizeof dir, "%s%s", mnt, strcmp(path, "/") == 0 ? "" : path);
+        if (n < 0 || (size_t)n >= sizeof dir)
+                return -ENAMETOOLONG;
+        struct stat st;
+        if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+                return -ENOENT;
+        *ret = strdup(dir);
+        return *ret ? 0 : -ENOMEM;
+}
+
+static int make_dir(const char *base, const char *name, char **ret) {
+        char dir[PATH_MAX];
+        int n = snprintf(dir, sizeof dir, "%s/%s", base, name);
+        if (n < 0 || (size_t)n >= sizeof dir)
+                return -ENAMETOOLONG;
+        if (mkdir(dir, 0755) < 0)
+                return -errno;
+        *ret = strdup(dir);
+        if (!*ret) {
+                rmdir(dir);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+static void remove_dir(char **dir) {
+        if (!*dir)
+                return;
+        /* A dying task can keep a v1 memory cgroup busy for a moment. */
+        for (int i = 0; i < 200; i++) {
+                if (rmdir(*dir) == 0 || errno == ENOENT)
+                        break;
+                if (errno != EBUSY)
+                        break;
+                struct timespec ts = { 0, 5 * 1000 * 1000 };
+                nanosleep(&ts, NULL);
+        }
+        free(*dir);
+        *dir = NULL;
+}
+
+static int try_v2(struct jail_cgroup *cg, const char *name, uint64_t memory, uint64_t pids, unsigned cpu) {
+        _cleanup_free_ char *base = NULL, *ctrls = NULL;
+        if (own_cgroup_dir("cgroup2", NULL, &base) < 0)
+                return -ENOENT;
+        if (read_small(base, "cgroup.controllers", &ctrls) < 0)
+                return -ENOENT;
+        if (!has_token(ctrls, "memory", " \n") || !has_token(ctrls, "pids", " \n"))
+                return -ENOENT;
+        /* Delegation: enabling controllers fails where the base holds
+         * processes (the "no internal processes" rule); then v2 is unusable. */
+        (void)write_str(base, "cgroup.subtree_control", "+memory");
+        (void)write_str(base, "cgroup.subtree_control", "+pids");
+        if (has_token(ctrls, "cpu", " \n"))
+                (void)write_str(base, "cgroup.subtree_control", "+cpu");
+        int r = make_dir(base, name, &cg->v2);
+        if (r < 0)
+                return r;
+        _cleanup_free_ char *mine = NULL;
+        if (read_small(cg->v2, "cgroup.controllers", &mine) < 0 || !has_token(mine, "memory", " \n")) {
+                remove_dir(&cg->v2);
+                return -ENOENT;
+        }
+        cg->version = 2;
+        char v[64];
+        if (memory) {
+                snprintf(v, sizeof v, "%llu", (unsigned long long)memory);
+                cg->memory = write_str(cg->v2, "memory.max", v) >= 0;
+                (void)write_str(cg->v2, "memory.swap.max", "0");
+        }
+        if (pids && has_token(mine, "pids", " \n")) {
+                snprintf(v, sizeof v, "%llu", (unsigned long long)pids);
+                cg->pids = write_str(cg->v2, "pids.max", v) >= 0;
+        }
+        if (cpu && has_token(mine, "cpu", " \n")) {
+                snprintf(v, sizeof v, "%u 100000", cpu * 1000);
+                cg->cpu = write_str(cg->v2, "cpu.max", v) >= 0;
+        }
+        return 0;
+}
+
+static void try_v1(struct jail_cgroup *cg, const char *name, uint64_t memory, uint64_t pids, unsigned cpu) {
+        char v[64];
+        _cleanup_free_ char *bm = NULL, *bp = NULL, *bc = NULL;
+        if (own_cgroup_dir("cgroup", "memory", &bm) >= 0 && make_dir(bm, name, &cg->v1_memory) >= 0 && memory) {
+                snprintf(v, sizeof v, "%llu", (unsigned long long)memory);
+                cg->memory = write_str(cg->v1_memory, "memory.limit_in_bytes", v) >= 0;
+                /* Swap counts too where accounted (memsw >= limit). */
+                (void)write_str(cg->v1_memory, "memory.memsw.limit_in_bytes", v);
+        }
+        if (own_cgroup_dir("cgroup", "pids", &bp) >= 0 && make_dir(bp, name, &cg->v1_pids) >= 0 && pids) {
+                snprintf(v, sizeof v, "%llu", (unsigned long long)pids);
+                cg->pids = write_str(cg->v1_pids, "pids.max", v) >= 0;
+        }
+        if (cpu && own_cgroup_dir("cgroup", "cpu", &bc) >= 0 && make_dir(bc, name, &cg->v1_cpu) >= 0) {
+                snprintf(v, sizeof v, "%u", cpu * 1000);
+                cg->cpu = write_str(cg->v1_cpu, "cpu.cfs_period_us", "100000") >= 0 &&
+                          write_str(cg->v1_cpu, "cpu.cfs_quota_us", v) >= 0;
+        }
+        if (cg->v1_memory || cg->v1_pids || cg->v1_cpu)
+                cg->version = 1;
+}
+
+int jail_cgroup_create(struct jail_cgroup *cg, const char *name, uint64_t memory, uint64_t pids,
+                       unsigned cpu_percent) {
+        *cg = (struct jail_cgroup){ 0 };
+        if (try_v2(cg, name, memory, pids, cpu_percent) < 0)
+                try_v1(cg, name, memory, pids, cpu_percent);
+        return 0;
+}
+
+int jail_cgroup_enter(const struct jail_cgroup *cg) {
+        const char *dirs[] = { cg->v2, cg->v1_memory, cg->v1_pids, cg->v1_cpu };
+        for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
+                if (!dirs[i])
+                        continue;
+                int r = write_str(dirs[i], "cgroup.procs", "0");
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static void kill_listed(const char *dir) {
+        _cleanup_free_ char *procs = NULL;
+        if (read_small(dir, "cgroup.procs", &procs) < 0)
+                return;
+        for (char *save = NULL, *l = strtok_r(procs, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+                uint64_t pid;
+                if (ntfs_parse_u64(l, INT_MAX, &pid) == 0 && pid > 1)
+                        kill((pid_t)pid, SIGKILL);
+        }
+}
+
+void jail_cgroup_kill(const struct jail_cgroup *cg) {
+        if (cg->v2) {
+                if (write_str(cg->v2, "cgroup.kill", "1") < 0)
+                        kill_listed(cg->v2);
+        }
+        if (cg->v1_pids)
+                kill_listed(cg->v1_pids);
+        if (cg->v1_memory)
+                kill_listed(cg->v1_memory);
+        if (cg->v1_cpu)
+                kill_listed(cg->v1_cpu);
+}
+
+static bool counter_positive(const char *dir, const char *file, const char *key) {
+        _cleanup_free_ char *s = NULL;
+        if (!dir || read_small(dir, file, &s) < 0)
+                return false;
+        size_t kl = strlen(key);
+        for (char *save = NULL, *l = strtok_r(s, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
+                if (strncmp(l, key, kl) == 0 && l[kl] == ' ')
+                        return strtoull(l + kl + 1, NULL, 10) > 0;
+        return false;
+}
+
+bool jail_cgroup_oom(const struct jail_cgroup *cg) {
+        if (cg->v2)
+                return counter_positive(cg->v2, "memory.events", "oom_kill");
+        return counter_positive(cg->v1_memory, "memory.oom_control", "oom_kill");
+}
+
+void jail_cgroup_destroy(struct jail_cgroup *cg) {
+        if (!cg)
+                return;
+        jail_cgroup_kill(cg);
+        remove_dir(&cg->v2);
+        remove_dir(&cg->v1_memory);
+        remove_dir(&cg->v1_pids);
+        remove_dir(&cg->v1_cpu);
+        *cg = (struct jail_cgroup){ 0 };
+}
+
+int jail_cgroup_probe(struct ntfs_jail_caps *caps) {
+        char name[64];
+        static const char tag[] = "ntfs-jail-probe";
+        snprintf(name, sizeof name, "%s-%d-%lld", tag, (int)getpid(), (long long)ntfs_mono_ns());
+        struct jail_cgroup cg;
+        int r = jail_cgroup_create(&cg, name, 1ULL << 30, 64, 100);
+        if (r < 0)
+                return r;
+        caps->cgroup_version = cg.version;
+        caps->cgroup_memory = cg.memory;
+        caps->cgroup_pids = cg.pids;
+        caps->cgroup_cpu = cg.cpu;
+        jail_cgroup_destroy(&cg);
+        return 0;
+}

@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: MIT
+ * jail-internal.h — pieces shared by the ntfs-jail helper and libntfs-exec:
+ * the shell-state codec, a JSON string writer, and per-run cgroups.
+ * Not a public interface; see exec/jail.h for the library the daemon uses.
+ */
+#ifndef NTFS_EXEC_JAIL_INTERNAL_H
+#define NTFS_EXEC_JAIL_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "exec/jail.h"
+
+/* ---- shell state ------------------------------------------------------
+ * The state blob is ASCII text, one record per line:
+ *
+ *     ntfs-jail-state 1
+ *     cwd <escaped path relative to /workspace, may be empty>
+ *     env <NAME>=<escaped value>
+ *
+ * "escaped" keeps printable ASCII except '\' as is and writes every other
+ * byte as \xHH, so the blob is one line per record whatever the values
+ * hold (spaces, newlines, UTF-8). NAME is a shell identifier. */
+#define JAIL_STATE_MAX (1024 * 1024)
+#define JAIL_STATE_VARS_MAX 4096
+
+struct jail_state {
+        char *cwd;      /* relative to /workspace, "" for /workspace itself */
+        size_t n_vars;
+        char **vars;    /* "NAME=value" */
+};
+
+void jail_state_release(struct jail_state *s);
+/* Parses a blob. -EINVAL on any malformed line, -E2BIG past the bounds. */
+int jail_state_parse(const char *blob, size_t len, struct jail_state *ret);
+/* Builds a blob from the raw record the shell epilogue writes: NUL-separated
+ * "cwd=<absolute path>" and "env=NAME=value" items. Variables the shell owns
+ * (PWD, OLDPWD, SHLVL, _) are skipped; a cwd outside /workspace becomes "". */
+int jail_state_from_raw(const char *raw, size_t len, char **ret, size_t *ret_len);
+bool jail_env_name_valid(const char *s, size_t len);
+
+/* ---- growable buffer --------------------------------------------------- */
+struct jbuf {
+        char *p;
+        size_t len, cap;
+};
+int jbuf_put(struct jbuf *b, const void *p, size_t n);
+int jbuf_puts(struct jbuf *b, const char *s);
+int jbuf_printf(struct jbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends a JSON string literal: valid UTF-8 is kept, control characters are
+ * \u-escaped, and each byte of an invalid sequence becomes U+FFFD. */
+int jbuf_json_string(struct jbuf *b, const char *s, size_t n);
+
+/* ---- cgroups ----------------------------------------------------------- */
+struct jail_cgroup {
+        int version;            /* 0: none, 1, 2 */
+        char *v2;               /* v2: the run's directory */
+        char *v1_memory, *v1_pids, *v1_cpu; /* v1: the run's directories */
+        bool memory, pids, cpu; /* limits in force */
+};
+
+/* Creates the per-run cgroup(s) named name under this process's own cgroup
+ * and writes the limits (0 = no limit for that controller, which still is
+ * created for accounting where cheap). Best effort: a controller the host
+ * lacks is left out and its flag stays false. Returns 0 or -errno for a
+ * hard failure (e.g. out of memory). */
+int jail_cgroup_create(struct jail_cgroup *cg, const char *name, uint64_t memory, uint64_t pids,
+                       unsigned cpu_percent);
+/* Moves the calling process into every directory of cg. */
+int jail_cgroup_enter(const struct jail_cgroup *cg);
+/* SIGKILLs every process still in cg (v2 cgroup.kill, v1 by listing procs). */
+void jail_cgroup_kill(const struct jail_cgroup *cg);
+/* True when the memory controller recorded an OOM kill in this run. */
+bool jail_cgroup_oom(const struct jail_cgroup *cg);
+/* Kills what is left, removes the directories, frees cg. Accepts a zeroed cg. */
+void jail_cgroup_destroy(struct jail_cgroup *cg);
+/* Which controllers a run would get, without creating anything permanent. */
+int jail_cgroup_probe(struct ntfs_jail_caps *caps);
+
+#endif

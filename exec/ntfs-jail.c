@@ -1,0 +1,1104 @@
+/* SPDX-License-Identifier: MIT
+ * ntfs-jail — run one shell command in a throw-away jail (docs/jail.md).
+ *
+ *   ntfs-jail --workspace DIR [--ro] [--net none|loopback] [--timeout SEC]
+ *             [--output-limit BYTES] [--memory BYTES] [--pids N] [--cpu PERCENT]
+ *             [--tmp-size BYTES] [--as BYTES] [--env K=V]... [--state-in FILE|-]
+ *             [--state-out FILE] [--json] -- COMMAND...
+ *   ntfs-jail --probe
+ *
+ * Three processes:
+ *   P0 (this one, host side): cgroup, pipes, timeout, output capture, report.
+ *   P1 (pid 1 of the new pid namespace): builds the root, drops every
+ *      privilege, forks P2, reaps orphans, forwards signals, and sends P2's
+ *      status and the saved shell state back to P0.
+ *   P2: setsid, fds, environment, caps, no_new_privs, seccomp, exec bash.
+ * Killing P1 tears down the whole pid namespace, so a timeout reaches every
+ * process of the command, whatever it did with sessions or double forks.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/capability.h>
+#include <linux/securebits.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/pidfd.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/util.h"
+#include "exec/jail-internal.h"
+#include "common/banned.h"
+
+#define EXIT_SETUP 125
+#define EXIT_TIMEOUT 124
+#define STATE_FILE "/run/ntfs-state"
+
+struct opts {
+        const char *workspace;
+        bool ro, json, probe, die_with_parent;
+        int net;
+        uint64_t timeout_ms, output_limit, memory, pids, tmp_bytes, as_bytes, fsize;
+        unsigned cpu;
+        const char *env[NTFS_JAIL_ENV_MAX];
+        size_t n_env;
+        const char *state_in, *state_out;
+        char *command;
+};
+
+/* ------------------------------------------------------------------------ */
+/* P1 and P2: failures go to the status pipe ('E' + message), then _exit.   */
+
+static int report_fd = -1;
+
+static void write_all(int fd, const void *p, size_t n) {
+        const char *c = p;
+        while (n > 0) {
+                ssize_t w = write(fd, c, n);
+                if (w < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return;
+                }
+                c += w;
+                n -= (size_t)w;
+        }
+}
+
+static _Noreturn __attribute__((format(printf, 1, 2))) void die_child(const char *fmt, ...) {
+        int e = errno;
+        char msg[1024];
+        msg[0] = 'E';
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(msg + 1, sizeof msg - 1, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+                n = 0;
+        size_t l = NTFS_MIN((size_t)n + 1, sizeof msg - 1);
+        if (e)
+                l += (size_t)snprintf(msg + l, sizeof msg - l, ": %s", strerror(e));
+        l = NTFS_MIN(l, sizeof msg - 1);
+        if (report_fd >= 0)
+                write_all(report_fd, msg, l);
+        _exit(EXIT_SETUP);
+}
+
+#define CHECK(expr, ...)                       \
+        do {                                   \
+                errno = 0;                     \
+                if ((expr) < 0)                \
+                        die_child(__VA_ARGS__); \
+        } while (0)
+
+static void set_mount_attr(const char *path, uint64_t attrs, bool recursive) {
+        struct mount_attr a = { .attr_set = attrs };
+        if (mount_setattr(AT_FDCWD, path, recursive ? AT_RECURSIVE : 0, &a, sizeof a) == 0)
+                return;
+        if (errno != ENOSYS)
+                die_child("mount_setattr %s", path);
+        /* Kernels before 5.12: remount the top mount only. */
+        unsigned long fl = MS_BIND | MS_REMOUNT;
+        if (attrs & MOUNT_ATTR_RDONLY)
+                fl |= MS_RDONLY;
+        if (attrs & MOUNT_ATTR_NOSUID)
+                fl |= MS_NOSUID;
+        if (attrs & MOUNT_ATTR_NODEV)
+                fl |= MS_NODEV;
+        if (attrs & MOUNT_ATTR_NOEXEC)
+                fl |= MS_NOEXEC;
+        CHECK(mount(NULL, path, NULL, fl, NULL), "remount %s", path);
+}
+
+static void bind_ro(const char *src, const char *dst) {
+        CHECK(mount(src, dst, NULL, MS_BIND | MS_REC, NULL), "bind %s", src);
+        set_mount_attr(dst, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, true);
+}
+
+static void make_file(const char *path, const char *content, mode_t mode) {
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+        if (fd < 0)
+                die_child("create %s", path);
+        write_all(fd, content, strlen(content));
+}
+
+/* Mirrors a host top-level entry: symlink stays a symlink, a directory is
+ * bound read-only, anything else (or nothing) is skipped. */
+static void mirror_host(const char *host, const char *dst) {
+        struct stat st;
+        if (lstat(host, &st) < 0)
+                return;
+        if (S_ISLNK(st.st_mode)) {
+                char target[PATH_MAX];
+                ssize_t n = readlink(host, target, sizeof target - 1);
+                if (n < 0)
+                        die_child("readlink %s", host);
+                target[n] = 0;
+                CHECK(symlink(target, dst), "symlink %s", dst);
+        } else if (S_ISDIR(st.st_mode)) {
+                CHECK(mkdir(dst, 0755), "mkdir %s", dst);
+                bind_ro(host, dst);
+        } else if (S_ISREG(st.st_mode)) {
+                make_file(dst, "", 0644);
+                bind_ro(host, dst);
+        }
+}
+
+static const char etc_passwd[] = "root:x:0:0:root:/workspace:/bin/bash\n"
+                                 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+static const char etc_group[] = "root:x:0:\nnogroup:x:65534:\n";
+static const char etc_hosts[] = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+                                "127.0.1.1\tntfs-jail\n";
+static const char etc_nsswitch[] = "passwd: files\ngroup: files\nshadow: files\nhosts: files\n"
+                                   "networks: files\nprotocols: files\nservices: files\n";
+
+/* Builds the new root on a tmpfs mounted over /tmp of our private mount
+ * namespace (as bubblewrap does), then pivots into it. ws_fd is an O_PATH
+ * fd of the workspace, opened before /tmp was covered. */
+static void build_root(const struct opts *o, int ws_fd) {
+        CHECK(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), "make / private");
+        CHECK(mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m,nr_inodes=4096"),
+              "mount root tmpfs");
+        CHECK(chdir("/tmp"), "chdir new root");
+
+        CHECK(mkdir("usr", 0755), "mkdir usr");
+        bind_ro("/usr", "usr");
+        static const char *const tops[] = { "bin", "sbin", "lib", "lib32", "lib64", "libx32" };
+        for (size_t i = 0; i < ARRAY_SIZE(tops); i++) {
+                char host[32];
+                snprintf(host, sizeof host, "/%s", tops[i]);
+                mirror_host(host, tops[i]);
+        }
+
+        CHECK(mkdir("etc", 0755), "mkdir etc");
+        make_file("etc/passwd", etc_passwd, 0644);
+        make_file("etc/group", etc_group, 0644);
+        make_file("etc/hosts", etc_hosts, 0644);
+        make_file("etc/hostname", "ntfs-jail\n", 0644);
+        make_file("etc/resolv.conf", "", 0644);
+        make_file("etc/nsswitch.conf", etc_nsswitch, 0644);
+        /* What the system directories need to work: the loader cache and
+         * Debian's alternatives symlinks (awk, cc, editor...). */
+        static const char *const etc_keep[] = { "alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+                                                "localtime" };
+        for (size_t i = 0; i < ARRAY_SIZE(etc_keep); i++) {
+                char host[64], dst[64];
+                snprintf(host, sizeof host, "/etc/%s", etc_keep[i]);
+                snprintf(dst, sizeof dst, "etc/%s", etc_keep[i]);
+                mirror_host(host, dst);
+        }
+
+        /* The workspace: nosuid, nodev, and read-only when asked. */
+        CHECK(mkdir("workspace", 0755), "mkdir workspace");
+        char src[64];
+        snprintf(src, sizeof src, "/proc/self/fd/%d", ws_fd);
+        CHECK(mount(src, "workspace", NULL, MS_BIND | MS_REC, NULL), "bind workspace");
+        set_mount_attr("workspace", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (o->ro ? MOUNT_ATTR_RDONLY : 0), true);
+
+        CHECK(mkdir("tmp", 01777), "mkdir tmp");
+        char data[96];
+        snprintf(data, sizeof data, "mode=1777,size=%llu,nr_inodes=65536", (unsigned long long)o->tmp_bytes);
+        CHECK(mount("tmpfs", "tmp", "tmpfs", MS_NOSUID | MS_NODEV, data), "mount /tmp");
+
+        CHECK(mkdir("run", 0755), "mkdir run");
+        CHECK(mount("tmpfs", "run", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=2m,nr_inodes=64"),
+              "mount /run");
+        CHECK(mkdir("var", 0755), "mkdir var");
+        CHECK(symlink("/tmp", "var/tmp"), "symlink /var/tmp");
+        CHECK(mkdir("home", 0755), "mkdir home");
+
+        /* /proc of the new pid namespace, dangerous files covered by an
+         * empty regular file on the (soon read-only) root: reads see
+         * nothing, writes fail with EROFS (a /dev/null cover would take
+         * writes silently). */
+        make_file(".masked", "", 0444);
+        CHECK(mkdir("proc", 0555), "mkdir proc");
+        CHECK(mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL), "mount /proc");
+        static const char *const proc_null[] = { "kcore", "kmsg", "kallsyms", "sysrq-trigger", "timer_list",
+                                                 "sched_debug", "keys", "key-users", "latency_stats",
+                                                 "config.gz", "kpagecount", "kpageflags", "kpagecgroup",
+                                                 "vmallocinfo", "iomem", "ioports", "modules", "slabinfo" };
+        for (size_t i = 0; i < ARRAY_SIZE(proc_null); i++) {
+                char p[64];
+                snprintf(p, sizeof p, "proc/%s", proc_null[i]);
+                struct stat st;
+                if (lstat(p, &st) < 0 || !S_ISREG(st.st_mode))
+                        continue;
+                CHECK(mount(".masked", p, NULL, MS_BIND, NULL), "cover %s", p);
+                set_mount_attr(p, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false);
+        }
+        static const char *const proc_empty[] = { "acpi", "scsi", "asound", "driver", "tty", "pressure" };
+        for (size_t i = 0; i < ARRAY_SIZE(proc_empty); i++) {
+                char p[64];
+                snprintf(p, sizeof p, "proc/%s", proc_empty[i]);
+                struct stat st;
+                if (lstat(p, &st) < 0 || !S_ISDIR(st.st_mode))
+                        continue;
+                CHECK(mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=0555"),
+                      "cover %s", p);
+        }
+        static const char *const proc_ro[] = { "sys", "irq", "bus", "fs" };
+        for (size_t i = 0; i < ARRAY_SIZE(proc_ro); i++) {
+                char p[64];
+                snprintf(p, sizeof p, "proc/%s", proc_ro[i]);
+                struct stat st;
+                if (lstat(p, &st) < 0 || !S_ISDIR(st.st_mode))
+                        continue;
+                CHECK(mount(p, p, NULL, MS_BIND | MS_REC, NULL), "bind %s", p);
+                set_mount_attr(p, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                               true);
+        }
+
+        /* A minimal /dev: bound host nodes, a private devpts, read-only. */
+        CHECK(mkdir("dev", 0755), "mkdir dev");
+        CHECK(mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"),
+              "mount /dev");
+        static const char *const devs[] = { "null", "zero", "full", "random", "urandom", "tty" };
+        for (size_t i = 0; i < ARRAY_SIZE(devs); i++) {
+                char host[32], dst[32];
+                snprintf(host, sizeof host, "/dev/%s", devs[i]);
+                snprintf(dst, sizeof dst, "dev/%s", devs[i]);
+                make_file(dst, "", 0666);
+                CHECK(mount(host, dst, NULL, MS_BIND, NULL), "bind %s", host);
+                set_mount_attr(dst, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false);
+        }
+        CHECK(mkdir("dev/pts", 0755), "mkdir dev/pts");
+        CHECK(mount("devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"),
+              "mount devpts");
+        CHECK(symlink("pts/ptmx", "dev/ptmx"), "symlink ptmx");
+        CHECK(symlink("/proc/self/fd", "dev/fd"), "symlink fd");
+        CHECK(symlink("/proc/self/fd/0", "dev/stdin"), "symlink stdin");
+        CHECK(symlink("/proc/self/fd/1", "dev/stdout"), "symlink stdout");
+        CHECK(symlink("/proc/self/fd/2", "dev/stderr"), "symlink stderr");
+        CHECK(symlink("/tmp", "dev/shm"), "symlink shm");
+        set_mount_attr("dev", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false);
+
+        /* Into the new root; the old one is detached, not just hidden. */
+        CHECK(syscall(SYS_pivot_root, ".", "."), "pivot_root");
+        CHECK(umount2(".", MNT_DETACH), "detach old root");
+        CHECK(chdir("/"), "chdir /");
+        set_mount_attr("/", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, false);
+}
+
+static void loopback_up(void) {
+        _cleanup_close_ int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (s < 0)
+                die_child("socket for lo");
+        struct ifreq ifr = { 0 };
+        memcpy(ifr.ifr_name, "lo", 3);
+        CHECK(ioctl(s, SIOCGIFFLAGS, &ifr), "SIOCGIFFLAGS lo");
+        ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+        CHECK(ioctl(s, SIOCSIFFLAGS, &ifr), "SIOCSIFFLAGS lo");
+}
+
+/* Empties the bounding, ambient, inheritable, permitted and effective sets
+ * and locks root's special treatment off, so exec cannot regain any. */
+static void drop_caps(void) {
+        CHECK(prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                                               SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
+                                               SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED),
+              "securebits");
+        for (int cap = 0; cap < 64; cap++)
+                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+                        die_child("drop bounding cap %d", cap);
+        CHECK(prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient caps");
+        struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+        struct __user_cap_data_struct d[2] = { { 0 } };
+        CHECK(syscall(SYS_capset, &h, d), "capset");
+}
+
+static void verify_no_caps(void) {
+        struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+        struct __user_cap_data_struct d[2];
+        CHECK(syscall(SYS_capget, &h, d), "capget");
+        for (int i = 0; i < 2; i++)
+                if (d[i].effective || d[i].permitted || d[i].inheritable) {
+                        errno = 0;
+                        die_child("capabilities still held");
+                }
+        for (int cap = 0; cap < 64; cap++)
+                if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1) {
+                        errno = 0;
+                        die_child("bounding capability %d still held", cap);
+                }
+}
+
+/* ---- seccomp ------------------------------------------------------------ */
+
+static void rule(scmp_filter_ctx ctx, uint32_t action, const char *name, unsigned n, const struct scmp_arg_cmp *c) {
+        int nr = seccomp_syscall_resolve_name(name);
+        if (nr == __NR_SCMP_ERROR) {
+                errno = 0;
+                die_child("seccomp: unknown syscall %s", name);
+        }
+        int r = seccomp_rule_add_array(ctx, action, nr, n, c);
+        if (r < 0) {
+                errno = -r;
+                die_child("seccomp: rule for %s", name);
+        }
+}
+
+static scmp_filter_ctx build_filter(void) {
+        scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+        if (!ctx) {
+                errno = ENOMEM;
+                die_child("seccomp_init");
+        }
+        /* Foreign ABIs (i386 via int 0x80, x32 syscall numbers) kill the
+         * process: only the native arch is in the filter. */
+        int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+        if (r >= 0)
+                r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0); /* set, and checked, by us */
+        if (r < 0) {
+                errno = -r;
+                die_child("seccomp attributes");
+        }
+        static const char *const eperm[] = {
+                /* namespaces and mounts */
+                "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "fsopen", "fsmount",
+                "fsconfig", "fspick", "move_mount", "open_tree", "mount_setattr",
+                /* other processes' memory */
+                "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+                /* kernel attack surface a tool never needs */
+                "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key", "init_module",
+                "finit_module", "delete_module", "kexec_load", "kexec_file_load", "acct", "swapon",
+                "swapoff", "reboot", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
+                "syslog", "quotactl", "lookup_dcookie", "open_by_handle_at", "name_to_handle_at",
+                "vhangup", "iopl", "ioperm", "uselib", "fanotify_init", "nfsservctl",
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(eperm); i++)
+                rule(ctx, SCMP_ACT_ERRNO(EPERM), eperm[i], 0, NULL);
+        /* ENOSYS so runtimes (glibc, Go, tokio) fall back to older paths. */
+        static const char *const enosys[] = { "clone3", "io_uring_setup", "io_uring_enter", "io_uring_register" };
+        for (size_t i = 0; i < ARRAY_SIZE(enosys); i++)
+                rule(ctx, SCMP_ACT_ERRNO(ENOSYS), enosys[i], 0, NULL);
+        /* clone() with any namespace flag (flags are arg 0 on x86-64). */
+        static const uint64_t ns_flags[] = { CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER,
+                                             CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP };
+        for (size_t i = 0; i < ARRAY_SIZE(ns_flags); i++) {
+                struct scmp_arg_cmp c = SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]);
+                rule(ctx, SCMP_ACT_ERRNO(EPERM), "clone", 1, &c);
+        }
+        /* Terminal injection; the kernel reads cmd as 32 bits, so compare
+         * only those (a high-bit variant is the same ioctl). */
+        static const uint64_t ioctls[] = { TIOCSTI, TIOCLINUX };
+        for (size_t i = 0; i < ARRAY_SIZE(ioctls); i++) {
+                struct scmp_arg_cmp c = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffULL, ioctls[i]);
+                rule(ctx, SCMP_ACT_ERRNO(EPERM), "ioctl", 1, &c);
+        }
+        /* Socket families: only AF_UNIX (1), AF_INET (2), AF_INET6 (10).
+         * Anything above 10 (and any value with high bits) is one GT rule,
+         * the few below are listed. */
+        static const char *const sock[] = { "socket", "socketpair" };
+        for (size_t s = 0; s < ARRAY_SIZE(sock); s++) {
+                struct scmp_arg_cmp gt = SCMP_A0(SCMP_CMP_GT, AF_INET6);
+                rule(ctx, SCMP_ACT_ERRNO(EPERM), sock[s], 1, &gt);
+                for (uint64_t fam = 0; fam < AF_INET6; fam++) {
+                        if (fam == AF_UNIX || fam == AF_INET)
+                                continue;
+                        struct scmp_arg_cmp eq = SCMP_A0(SCMP_CMP_EQ, fam);
+                        rule(ctx, SCMP_ACT_ERRNO(EPERM), sock[s], 1, &eq);
+                }
+        }
+        return ctx;
+}
+
+/* ---- P1 / P2 ------------------------------------------------------------- */
+
+struct child_args {
+        const struct opts *o;
+        const struct jail_state *state;
+        int out_w, err_w;
+};
+
+static volatile sig_atomic_t main_pid;
+static char **g_argv;
+static int g_argc;
+
+/* /proc/1/cmdline would show the command and the host path of the
+ * workspace to the jail: init blanks its argument area (its own copy). */
+static void hide_cmdline(void) {
+        if (g_argc < 1)
+                return;
+        char *start = g_argv[0], *end = g_argv[g_argc - 1] + strlen(g_argv[g_argc - 1]);
+        memset(start, 0, (size_t)(end - start));
+        static const char name[] = "ntfs-jail-init";
+        if ((size_t)(end - start) >= sizeof name)
+                memcpy(start, name, sizeof name);
+}
+
+static void forward_signal(int sig) {
+        if (main_pid > 0)
+                kill(main_pid, sig);
+}
+
+/* envp: fixed base, then the saved state, then --env; later names win. */
+static char **build_env(const struct opts *o, const struct jail_state *st) {
+        size_t cap = 8 + st->n_vars + o->n_env, n = 0;
+        char **env = calloc(cap + 1, sizeof *env);
+        if (!env) {
+                errno = ENOMEM;
+                die_child("environment");
+        }
+        static const char *const base[] = { "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                                            "HOME=/workspace", "TERM=xterm-256color", "LANG=C.UTF-8" };
+        const char *all[8 + JAIL_STATE_VARS_MAX + NTFS_JAIL_ENV_MAX];
+        size_t m = 0;
+        for (size_t i = 0; i < ARRAY_SIZE(base); i++)
+                all[m++] = base[i];
+        for (size_t i = 0; i < st->n_vars; i++)
+                all[m++] = st->vars[i];
+        for (size_t i = 0; i < o->n_env; i++)
+                all[m++] = o->env[i];
+        for (size_t i = 0; i < m; i++) {
+                size_t kl = strcspn(all[i], "=");
+                size_t j;
+                for (j = 0; j < n; j++)
+                        if (strncmp(env[j], all[i], kl + 1) == 0)
+                                break;
+                env[j] = (char *)all[i];
+                if (j == n)
+                        n++;
+        }
+        env[n] = NULL;
+        return env;
+}
+
+/* The shell saves its cwd and exported variables on exit; one line, so
+ * the command's own line numbers are unchanged. */
+static const char save_prefix[] =
+        "__ntfs_jail_save() { local __ntfs_rc=$? __ntfs_v; "
+        "builtin compgen -e >" STATE_FILE ".names 2>/dev/null; "
+        "{ builtin printf 'cwd=%s\\0' \"$PWD\"; "
+        "while builtin read -r __ntfs_v; do builtin printf 'env=%s=%s\\0' \"$__ntfs_v\" \"${!__ntfs_v}\"; "
+        "done <" STATE_FILE ".names; } >" STATE_FILE " 2>/dev/null; return $__ntfs_rc; }; "
+        "trap __ntfs_jail_save EXIT; ";
+
+static _Noreturn void run_p2(const struct child_args *a, scmp_filter_ctx ctx, char **env, const char *script,
+                             int err_w, int devnull) {
+        report_fd = err_w;
+        /* 1. A new session: no controlling terminal to inject into. */
+        CHECK(setsid(), "setsid");
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        /* 2. Exactly three fds (plus the exec-error pipe, close-on-exec). */
+        CHECK(dup2(devnull, 0), "stdin");
+        CHECK(dup2(a->out_w, 1), "stdout");
+        CHECK(dup2(a->err_w, 2), "stderr");
+        CHECK(dup2(err_w, 3), "error pipe");
+        CHECK(fcntl(3, F_SETFD, FD_CLOEXEC), "error pipe cloexec");
+        report_fd = 3;
+        CHECK(close_range(4, ~0U, 0), "close fds");
+        /* 3. Working directory from the saved state. */
+        char cwd[PATH_MAX];
+        int n = snprintf(cwd, sizeof cwd, "/workspace/%s", a->state->cwd);
+        if (n < 0 || (size_t)n >= sizeof cwd || chdir(cwd) < 0)
+                CHECK(chdir("/workspace"), "chdir /workspace");
+        /* rlimits (lowering needs no capability). */
+        struct rlimit rl;
+        rl = (struct rlimit){ 0, 0 };
+        CHECK(setrlimit(RLIMIT_CORE, &rl), "RLIMIT_CORE");
+        rl.rlim_cur = rl.rlim_max = a->o->pids;
+        CHECK(setrlimit(RLIMIT_NPROC, &rl), "RLIMIT_NPROC");
+        struct rlimit cur;
+        CHECK(getrlimit(RLIMIT_NOFILE, &cur), "RLIMIT_NOFILE");
+        rl.rlim_cur = rl.rlim_max = NTFS_MIN(cur.rlim_max, (rlim_t)4096);
+        CHECK(setrlimit(RLIMIT_NOFILE, &rl), "RLIMIT_NOFILE");
+        rl.rlim_cur = rl.rlim_max = a->o->fsize;
+        CHECK(setrlimit(RLIMIT_FSIZE, &rl), "RLIMIT_FSIZE");
+        if (a->o->as_bytes) {
+                rl.rlim_cur = rl.rlim_max = a->o->as_bytes;
+                CHECK(setrlimit(RLIMIT_AS, &rl), "RLIMIT_AS");
+        }
+        /* 4. Capabilities: P1 dropped them before the fork; make sure. */
+        verify_no_caps();
+        /* 5. no_new_privs: fatal if it does not stick. */
+        CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs");
+        if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1) {
+                errno = 0;
+                die_child("no_new_privs did not stick");
+        }
+        /* 6. seccomp, last: nothing after it but execve. */
+        int r = seccomp_load(ctx);
+        if (r < 0) {
+                errno = -r;
+                die_child("seccomp_load");
+        }
+        char *argv[] = { (char *)"bash", (char *)"--noprofile", (char *)"--norc", (char *)"-c", (char *)script, NULL };
+        execve("/bin/bash", argv, env);
+        die_child("execve /bin/bash");
+}
+
+static _Noreturn void run_p1(const struct child_args *a, int status_w, const struct jail_cgroup *cg) {
+        report_fd = status_w;
+        const struct opts *o = a->o;
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        /* The caller's stdio stays with P0: init reports through status_w. */
+        int hostnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (hostnull < 0)
+                die_child("open /dev/null");
+        for (int fd = 0; fd < 3; fd++)
+                CHECK(dup2(hostnull, fd), "stdio of init");
+        close(hostnull);
+        CHECK(jail_cgroup_enter(cg), "join cgroup");
+        CHECK(unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP),
+              "unshare namespaces");
+        /* Opened in the new mount namespace (a bind source must belong to
+         * it) and before /tmp is covered by the new root. */
+        _cleanup_close_ int ws = open(o->workspace, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (ws < 0)
+                die_child("workspace %s", o->workspace);
+        build_root(o, ws);
+        close(TAKE_FD(ws)); /* it pointed into the old, now detached, root */
+        CHECK(sethostname("ntfs-jail", 9), "sethostname");
+        if (o->net == NTFS_JAIL_NET_LOOPBACK)
+                loopback_up();
+        _cleanup_close_ int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (devnull < 0)
+                die_child("open /dev/null");
+
+        scmp_filter_ctx ctx = build_filter();
+        char **env = build_env(o, a->state);
+        size_t sl = sizeof save_prefix + strlen(o->command) + 1;
+        char *script = malloc(sl);
+        if (!script) {
+                errno = ENOMEM;
+                die_child("script");
+        }
+        snprintf(script, sl, "%s%s", save_prefix, o->command);
+
+        drop_caps();
+        CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs (init)");
+        CHECK(prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "not dumpable");
+
+        int ep[2];
+        CHECK(pipe2(ep, O_CLOEXEC), "error pipe");
+        pid_t p2 = fork();
+        if (p2 < 0)
+                die_child("fork");
+        if (p2 == 0) {
+                close(ep[0]);
+                run_p2(a, ctx, env, script, ep[1], devnull);
+        }
+        main_pid = p2;
+        hide_cmdline();
+        close(ep[1]);
+        close(TAKE_FD(devnull));
+        close(a->out_w);
+        close(a->err_w);
+        seccomp_release(ctx);
+        free(env);
+        free(script);
+
+        struct sigaction sa = { .sa_handler = forward_signal };
+        sigemptyset(&sa.sa_mask);
+        static const int fwd[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
+        for (size_t i = 0; i < ARRAY_SIZE(fwd); i++)
+                sigaction(fwd[i], &sa, NULL);
+
+        /* P2's exec-error pipe: EOF means bash is running. */
+        char emsg[1024];
+        size_t el = 0;
+        for (;;) {
+                ssize_t n = read(ep[0], emsg + el, sizeof emsg - 1 - el);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        break;
+                el += (size_t)n;
+                if (el == sizeof emsg - 1)
+                        break;
+        }
+        close(ep[0]);
+        if (el > 0) {
+                kill(p2, SIGKILL);
+                write_all(status_w, emsg, el); /* already 'E'-prefixed */
+                _exit(EXIT_SETUP);
+        }
+
+        /* Reap everything; the command is over when P2 is. */
+        int wstatus = 0;
+        for (;;) {
+                int st;
+                pid_t w = waitpid(-1, &st, 0);
+                if (w < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        break;
+                }
+                if (w == p2) {
+                        wstatus = st;
+                        break;
+                }
+        }
+
+        /* The saved shell state, if the epilogue ran. */
+        char hdr[6] = { 'R' };
+        memcpy(hdr + 1, &wstatus, sizeof wstatus);
+        hdr[5] = 0;
+        _cleanup_close_ int sf = open(STATE_FILE, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        struct stat st;
+        char *raw = NULL;
+        ssize_t rl = 0;
+        if (sf >= 0 && fstat(sf, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= JAIL_STATE_MAX &&
+            (raw = malloc((size_t)st.st_size + 1))) {
+                size_t got = 0;
+                while (got < (size_t)st.st_size) {
+                        ssize_t n = read(sf, raw + got, (size_t)st.st_size - got);
+                        if (n < 0 && errno == EINTR)
+                                continue;
+                        if (n <= 0)
+                                break;
+                        got += (size_t)n;
+                }
+                rl = (ssize_t)got;
+                hdr[5] = 1;
+        }
+        write_all(status_w, hdr, sizeof hdr);
+        if (raw)
+                write_all(status_w, raw, (size_t)rl);
+        free(raw);
+        _exit(0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* P0                                                                        */
+
+static _Noreturn __attribute__((format(printf, 2, 3))) void die(const struct opts *o, const char *fmt, ...) {
+        char msg[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        if (o && o->json) {
+                struct jbuf b = { 0 };
+                if (jbuf_puts(&b, "{\"error\":") >= 0 && jbuf_json_string(&b, msg, strlen(msg)) >= 0 &&
+                    jbuf_puts(&b, "}\n") >= 0)
+                        write_all(1, b.p, b.len);
+                free(b.p);
+        }
+        fprintf(stderr, "ntfs-jail: %s\n", msg);
+        exit(EXIT_SETUP);
+}
+
+static void usage(void) {
+        fputs("usage: ntfs-jail --workspace DIR [--ro] [--net none|loopback] [--timeout SEC]\n"
+              "                 [--output-limit BYTES] [--memory BYTES] [--pids N] [--cpu PERCENT]\n"
+              "                 [--tmp-size BYTES] [--as BYTES] [--fsize BYTES] [--env K=V]...\n"
+              "                 [--state-in FILE|-] [--state-out FILE] [--json] [--die-with-parent]\n"
+              "                 -- COMMAND...\n"
+              "       ntfs-jail --probe\n",
+              stderr);
+        exit(2);
+}
+
+static uint64_t num(const struct opts *o, const char *flag, const char *v, uint64_t max) {
+        uint64_t x;
+        if (!v || ntfs_parse_u64(v, max, &x) < 0)
+                die(o, "%s: expected a number up to %llu", flag, (unsigned long long)max);
+        return x;
+}
+
+static uint64_t parse_timeout(const struct opts *o, const char *v) {
+        if (!v)
+                die(o, "--timeout: missing value");
+        char *end;
+        errno = 0;
+        double d = strtod(v, &end);
+        if (errno || *end || end == v || !(d > 0) || d > 86400.0 * 7)
+                die(o, "--timeout: expected seconds (0 < SEC <= 604800)");
+        return (uint64_t)(d * 1000.0 + 0.5);
+}
+
+static void parse_args(int argc, char **argv, struct opts *o) {
+        *o = (struct opts){ .net = NTFS_JAIL_NET_NONE, .timeout_ms = 60000, .output_limit = 1 << 20,
+                            .memory = 2ULL << 30, .pids = 512, .tmp_bytes = 64ULL << 20, .fsize = 4ULL << 30 };
+        int i;
+        for (i = 1; i < argc; i++) {
+                const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+                if (strcmp(a, "--") == 0) {
+                        i++;
+                        break;
+                }
+                if (strcmp(a, "--ro") == 0)
+                        o->ro = true;
+                else if (strcmp(a, "--json") == 0)
+                        o->json = true;
+                else if (strcmp(a, "--probe") == 0)
+                        o->probe = true;
+                else if (strcmp(a, "--die-with-parent") == 0)
+                        o->die_with_parent = true;
+                else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
+                        usage();
+                else {
+                        if (!v)
+                                usage();
+                        i++;
+                        if (strcmp(a, "--workspace") == 0)
+                                o->workspace = v;
+                        else if (strcmp(a, "--net") == 0) {
+                                if (strcmp(v, "none") == 0)
+                                        o->net = NTFS_JAIL_NET_NONE;
+                                else if (strcmp(v, "loopback") == 0)
+                                        o->net = NTFS_JAIL_NET_LOOPBACK;
+                                else
+                                        die(o, "--net: none or loopback");
+                        } else if (strcmp(a, "--timeout") == 0)
+                                o->timeout_ms = parse_timeout(o, v);
+                        else if (strcmp(a, "--timeout-ms") == 0)
+                                o->timeout_ms = num(o, a, v, 7ULL * 86400 * 1000);
+                        else if (strcmp(a, "--output-limit") == 0)
+                                o->output_limit = num(o, a, v, NTFS_JAIL_OUTPUT_LIMIT_MAX);
+                        else if (strcmp(a, "--memory") == 0)
+                                o->memory = num(o, a, v, 1ULL << 50);
+                        else if (strcmp(a, "--pids") == 0)
+                                o->pids = num(o, a, v, 1 << 22);
+                        else if (strcmp(a, "--cpu") == 0)
+                                o->cpu = (unsigned)num(o, a, v, 100000);
+                        else if (strcmp(a, "--tmp-size") == 0)
+                                o->tmp_bytes = num(o, a, v, 1ULL << 40);
+                        else if (strcmp(a, "--as") == 0)
+                                o->as_bytes = num(o, a, v, 1ULL << 50);
+                        else if (strcmp(a, "--fsize") == 0)
+                                o->fsize = num(o, a, v, 1ULL << 50);
+                        else if (strcmp(a, "--env") == 0) {
+                                const char *eq = strchr(v, '=');
+                                if (!eq || !jail_env_name_valid(v, (size_t)(eq - v)))
+                                        die(o, "--env: expected NAME=VALUE");
+                                if (o->n_env >= NTFS_JAIL_ENV_MAX)
+                                        die(o, "--env: too many");
+                                o->env[o->n_env++] = v;
+                        } else if (strcmp(a, "--state-in") == 0)
+                                o->state_in = v;
+                        else if (strcmp(a, "--state-out") == 0)
+                                o->state_out = v;
+                        else
+                                usage();
+                }
+        }
+        if (o->probe)
+                return;
+        if (!o->workspace)
+                die(o, "--workspace is required");
+        if (i >= argc)
+                die(o, "no command (give it after --)");
+        if (o->pids == 0)
+                o->pids = 512;
+        if (o->tmp_bytes == 0)
+                o->tmp_bytes = 64ULL << 20;
+        /* COMMAND... is joined with spaces, as ssh does. */
+        struct jbuf b = { 0 };
+        for (int j = i; j < argc; j++)
+                if ((j > i && jbuf_puts(&b, " ") < 0) || jbuf_puts(&b, argv[j]) < 0)
+                        die(o, "out of memory");
+        if (b.len > NTFS_JAIL_COMMAND_MAX || memchr(b.p, 0, b.len))
+                die(o, "command too long");
+        o->command = b.p;
+}
+
+static int probe(void) {
+        struct ntfs_jail_caps c = { 0 };
+        if (ntfs_jail_probe(&c) < 0)
+                return 1;
+        printf("{\"cgroup_version\":%d,\"memory\":%s,\"pids\":%s,\"cpu\":%s,\"userns\":%s,\"seccomp\":%s}\n",
+               c.cgroup_version, c.cgroup_memory ? "true" : "false", c.cgroup_pids ? "true" : "false",
+               c.cgroup_cpu ? "true" : "false", c.userns ? "true" : "false", c.seccomp ? "true" : "false");
+        return 0;
+}
+
+struct stream {
+        int fd;
+        int pass_fd; /* passthrough target, or -1 */
+        uint64_t limit;
+        struct jbuf buf;
+        uint64_t total;
+        bool keep; /* store in buf (JSON mode) */
+};
+
+/* Reads what is there; returns false on EOF. Past the limit it drains. */
+static bool stream_read(struct stream *s) {
+        char tmp[65536];
+        ssize_t n = read(s->fd, tmp, sizeof tmp);
+        if (n < 0)
+                return errno == EINTR || errno == EAGAIN;
+        if (n == 0)
+                return false;
+        uint64_t room = s->total < s->limit ? s->limit - s->total : 0;
+        size_t take = (size_t)NTFS_MIN((uint64_t)n, room);
+        if (take) {
+                if (s->keep && jbuf_put(&s->buf, tmp, take) < 0)
+                        take = 0;
+                if (s->pass_fd >= 0)
+                        write_all(s->pass_fd, tmp, take);
+        }
+        s->total += (uint64_t)n;
+        return true;
+}
+
+static volatile sig_atomic_t got_signal;
+static void on_signal(int sig) { got_signal = sig; }
+
+int main(int argc, char **argv) {
+        struct opts o;
+        g_argv = argv;
+        g_argc = argc;
+        parse_args(argc, argv, &o);
+        if (o.probe)
+                return probe();
+        /* SIGTERM/SIGINT/SIGHUP end the jail cleanly: they are blocked here
+         * and taken only inside ppoll(), which then kills the jail. */
+        sigset_t block, orig;
+        sigemptyset(&block);
+        sigaddset(&block, SIGTERM);
+        sigaddset(&block, SIGINT);
+        sigaddset(&block, SIGHUP);
+        sigprocmask(SIG_BLOCK, &block, &orig);
+        struct sigaction sa = { .sa_handler = on_signal };
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
+        signal(SIGPIPE, SIG_IGN);
+        /* --die-with-parent: the daemon (or its thread) going away ends us. */
+        if (o.die_with_parent && prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0) < 0)
+                die(&o, "PR_SET_PDEATHSIG: %s", strerror(errno));
+        /* Nothing of the caller's but stdin/stdout/stderr goes further. */
+        close_range(3, ~0U, 0);
+
+        struct jail_state state = { 0 };
+        if (o.state_in) {
+                _cleanup_free_ char *blob = NULL;
+                size_t bl = 0;
+                int r = strcmp(o.state_in, "-") == 0 ? ntfs_read_file("/dev/stdin", JAIL_STATE_MAX, &blob, &bl)
+                                                     : ntfs_read_file(o.state_in, JAIL_STATE_MAX, &blob, &bl);
+                if (r < 0)
+                        die(&o, "--state-in %s: %s", o.state_in, strerror(-r));
+                if (bl > 0 && (r = jail_state_parse(blob, bl, &state)) < 0)
+                        die(&o, "--state-in: not a valid state blob (%s)", strerror(-r));
+        }
+        if (!state.cwd && !(state.cwd = strdup("")))
+                die(&o, "out of memory");
+
+        char cgname[96];
+        snprintf(cgname, sizeof cgname, "ntfs-jail-%d-%lld", (int)getpid(), (long long)ntfs_mono_ns());
+        struct jail_cgroup cg;
+        if (jail_cgroup_create(&cg, cgname, o.memory, o.pids, o.cpu) < 0)
+                die(&o, "cgroup setup failed");
+
+        int outp[2], errp[2], stp[2];
+        if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 || pipe2(stp, O_CLOEXEC) < 0)
+                die(&o, "pipe: %s", strerror(errno));
+
+
+        int64_t t0 = ntfs_mono_ns();
+        /* A fork-like raw clone straight into a new pid namespace. Not
+         * unshare(CLONE_NEWPID) + fork(): that would leave this process
+         * unable to create threads (CLONE_VM across pid namespaces is
+         * refused), which sanitizer runtimes need at exit. This process is
+         * single-threaded, so glibc's fork bookkeeping is not needed. */
+        pid_t p1 = (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, NULL, NULL, NULL, NULL);
+        if (p1 < 0) {
+                int e = errno;
+                jail_cgroup_destroy(&cg);
+                die(&o, "clone into a new pid namespace: %s%s", strerror(e),
+                    e == EPERM ? " (ntfs-jail needs root)" : "");
+        }
+        if (p1 == 0) {
+                sigprocmask(SIG_SETMASK, &orig, NULL);
+                signal(SIGTERM, SIG_DFL);
+                signal(SIGINT, SIG_DFL);
+                signal(SIGHUP, SIG_DFL);
+                signal(SIGPIPE, SIG_DFL);
+                close(outp[0]);
+                close(errp[0]);
+                close(stp[0]);
+                struct child_args a = { .o = &o, .state = &state, .out_w = outp[1], .err_w = errp[1] };
+                run_p1(&a, stp[1], &cg);
+        }
+        close(outp[1]);
+        close(errp[1]);
+        close(stp[1]);
+        int pidfd = pidfd_open(p1, 0);
+        if (pidfd < 0) {
+                kill(p1, SIGKILL);
+                waitpid(p1, NULL, 0);
+                jail_cgroup_destroy(&cg);
+                die(&o, "pidfd_open: %s", strerror(errno));
+        }
+
+        struct stream out = { .fd = outp[0], .pass_fd = o.json ? -1 : 1, .limit = o.output_limit, .keep = o.json };
+        struct stream err = { .fd = errp[0], .pass_fd = o.json ? -1 : 2, .limit = o.output_limit, .keep = o.json };
+        struct stream stat = { .fd = stp[0], .pass_fd = -1, .limit = JAIL_STATE_MAX + 4096, .keep = true };
+        bool out_open = true, err_open = true, st_open = true, p1_alive = true, killed = false;
+        int64_t deadline = t0 + (int64_t)o.timeout_ms * 1000000;
+        int64_t hard = deadline + 10LL * 1000000000;
+        int p1_status = 0;
+        while (p1_alive || out_open || err_open || st_open) {
+                int64_t now = ntfs_mono_ns();
+                if (!killed && (now >= deadline || got_signal)) {
+                        kill(p1, SIGKILL);
+                        jail_cgroup_kill(&cg);
+                        killed = true;
+                }
+                if (now >= hard && !p1_alive)
+                        break; /* pipes held open by nothing we know: give up on them */
+                int64_t wait_ns = (killed ? hard : deadline) - now;
+                struct timespec ts = { (time_t)(wait_ns / 1000000000), (long)(wait_ns % 1000000000) };
+                if (wait_ns < 0)
+                        ts = (struct timespec){ 0, 0 };
+                struct pollfd pf[4] = {
+                        { out_open ? out.fd : -1, POLLIN, 0 },
+                        { err_open ? err.fd : -1, POLLIN, 0 },
+                        { st_open ? stat.fd : -1, POLLIN, 0 },
+                        { p1_alive ? pidfd : -1, POLLIN, 0 },
+                };
+                int n = ppoll(pf, 4, &ts, &orig);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        break;
+                }
+                if (pf[0].revents && !stream_read(&out))
+                        out_open = false;
+                if (pf[1].revents && !stream_read(&err))
+                        err_open = false;
+                if (pf[2].revents && !stream_read(&stat))
+                        st_open = false;
+                if (pf[3].revents) {
+                        if (waitpid(p1, &p1_status, WNOHANG) == p1)
+                                p1_alive = false;
+                }
+        }
+        if (p1_alive) {
+                kill(p1, SIGKILL);
+                waitpid(p1, &p1_status, 0);
+        }
+        int64_t duration = ntfs_mono_ns() - t0;
+        bool oom = jail_cgroup_oom(&cg);
+        bool lim_mem = cg.memory, lim_pids = cg.pids, lim_cpu = cg.cpu;
+        int cg_version = cg.version;
+        jail_cgroup_destroy(&cg);
+        close(pidfd);
+        close(out.fd);
+        close(err.fd);
+        close(stat.fd);
+
+        /* Interpret P1's report. */
+        const char *setup_error = NULL;
+        char *state_blob = NULL;
+        int exit_code = 0, term_signal = 0;
+        bool timed_out = false;
+        if (stat.buf.len >= 1 && stat.buf.p[0] == 'E') {
+                setup_error = stat.buf.p + 1;
+        } else if (stat.buf.len >= 6 && stat.buf.p[0] == 'R') {
+                int ws;
+                memcpy(&ws, stat.buf.p + 1, sizeof ws);
+                if (WIFEXITED(ws))
+                        exit_code = WEXITSTATUS(ws);
+                else if (WIFSIGNALED(ws)) {
+                        term_signal = WTERMSIG(ws);
+                        exit_code = 128 + term_signal;
+                }
+                if (stat.buf.p[5] == 1)
+                        (void)jail_state_from_raw(stat.buf.p + 6, stat.buf.len - 6, &state_blob, NULL);
+        } else if (killed && !got_signal) {
+                timed_out = true;
+                exit_code = EXIT_TIMEOUT;
+                term_signal = SIGKILL;
+        } else if (killed) {
+                term_signal = got_signal;
+                exit_code = 128 + got_signal;
+        } else if (oom) {
+                term_signal = SIGKILL;
+                exit_code = 128 + SIGKILL;
+        } else {
+                setup_error = "jail init ended without a report";
+        }
+
+        if (state_blob && o.state_out) {
+                int r = ntfs_write_file_durable(o.state_out, state_blob, strlen(state_blob), 0600);
+                if (r < 0)
+                        fprintf(stderr, "ntfs-jail: --state-out %s: %s\n", o.state_out, strerror(-r));
+        }
+
+        int rc;
+        if (o.json) {
+                struct jbuf b = { 0 };
+                int r = jbuf_printf(&b, "{\"exit_code\":%d,\"signal\":%d,\"timed_out\":%s,\"oom\":%s,", exit_code,
+                                    term_signal, timed_out ? "true" : "false", oom ? "true" : "false");
+                if (r >= 0)
+                        r = jbuf_puts(&b, "\"stdout\":");
+                if (r >= 0)
+                        r = jbuf_json_string(&b, out.buf.p ? out.buf.p : "", out.buf.len);
+                if (r >= 0)
+                        r = jbuf_printf(&b, ",\"stdout_truncated\":%s,\"stdout_bytes\":%llu,\"stderr\":",
+                                        out.total > o.output_limit ? "true" : "false",
+                                        (unsigned long long)out.total);
+                if (r >= 0)
+                        r = jbuf_json_string(&b, err.buf.p ? err.buf.p : "", err.buf.len);
+                if (r >= 0)
+                        r = jbuf_printf(&b,
+                                        ",\"stderr_truncated\":%s,\"stderr_bytes\":%llu,\"duration_ns\":%lld,"
+                                        "\"limits\":{\"cgroup\":%d,\"memory\":%s,\"pids\":%s,\"cpu\":%s},\"state\":",
+                                        err.total > o.output_limit ? "true" : "false", (unsigned long long)err.total,
+                                        (long long)duration, cg_version, lim_mem ? "true" : "false",
+                                        lim_pids ? "true" : "false", lim_cpu ? "true" : "false");
+                if (r >= 0)
+                        r = state_blob ? jbuf_json_string(&b, state_blob, strlen(state_blob)) : jbuf_puts(&b, "null");
+                if (r >= 0)
+                        r = jbuf_puts(&b, ",\"error\":");
+                if (r >= 0)
+                        r = setup_error ? jbuf_json_string(&b, setup_error, strlen(setup_error))
+                                        : jbuf_puts(&b, "null");
+                if (r >= 0)
+                        r = jbuf_puts(&b, "}\n");
+                if (r < 0) {
+                        fprintf(stderr, "ntfs-jail: out of memory\n");
+                        rc = EXIT_SETUP;
+                } else {
+                        write_all(1, b.p, b.len);
+                        rc = setup_error ? EXIT_SETUP : 0;
+                }
+                free(b.p);
+        } else {
+                if (out.total > o.output_limit)
+                        fprintf(stderr, "ntfs-jail: stdout truncated at %llu of %llu bytes\n",
+                                (unsigned long long)o.output_limit, (unsigned long long)out.total);
+                if (err.total > o.output_limit)
+                        fprintf(stderr, "ntfs-jail: stderr truncated at %llu of %llu bytes\n",
+                                (unsigned long long)o.output_limit, (unsigned long long)err.total);
+                if (timed_out)
+                        fprintf(stderr, "ntfs-jail: timed out after %.3f s\n", (double)o.timeout_ms / 1000.0);
+                if (oom)
+                        fprintf(stderr, "ntfs-jail: out of memory (cgroup OOM kill)\n");
+                if (setup_error)
+                        fprintf(stderr, "ntfs-jail: %s\n", setup_error);
+                rc = setup_error ? EXIT_SETUP : exit_code;
+        }
+        free(state_blob);
+        free(out.buf.p);
+        free(err.buf.p);
+        free(stat.buf.p);
+        free(o.command);
+        jail_state_release(&state);
+        (void)p1_status;
+        return rc;
+}
