@@ -151,6 +151,7 @@ struct ntfs_ws {
         char *session; /* NULL for a view */
         uint64_t wsid;
         uint64_t generation;
+        uint64_t changes;      /* successful write calls (auto-checkpoint polls it) */
         bool readonly;
         bool invalidate_pending;
         /* for views (no session record): */

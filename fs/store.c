@@ -589,27 +589,51 @@ static int short_id_locked(ntfs_store *st, const ntfs_hash *id, char out[NTFS_HE
                 return lmdb_err(rc);
         size_t need = 0;
         MDB_val k = { NTFS_HASH_LEN, (void *)id->b }, v;
+        /* the neighbours of id's position in the sorted index */
+        uint8_t nb[2][NTFS_HASH_LEN];
+        bool have[2] = { false, false };
         rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-        for (int dir = 0; dir < 2; dir++) {
-                MDB_val nk = k;
-                int nrc = mdb_cursor_get(cur, &nk, &v, dir == 0 ? MDB_PREV : MDB_NEXT);
-                if (dir == 0 && nrc == 0) /* step back to where we were */
-                        mdb_cursor_get(cur, &nk, &v, MDB_NEXT);
-                if (dir == 1 && rc == 0 && k.mv_size == NTFS_HASH_LEN && memcmp(k.mv_data, id->b, 32) != 0)
-                        nk = k, nrc = 0; /* id itself absent: k is the next one */
-                if (nrc || nk.mv_size != NTFS_HASH_LEN)
+        if (rc == 0) {
+                bool self = k.mv_size == NTFS_HASH_LEN && memcmp(k.mv_data, id->b, NTFS_HASH_LEN) == 0;
+                if (!self && k.mv_size == NTFS_HASH_LEN) {
+                        memcpy(nb[1], k.mv_data, NTFS_HASH_LEN);
+                        have[1] = true;
+                } else {
+                        MDB_val nk, nv;
+                        if (mdb_cursor_get(cur, &nk, &nv, MDB_NEXT) == 0 && nk.mv_size == NTFS_HASH_LEN) {
+                                memcpy(nb[1], nk.mv_data, NTFS_HASH_LEN);
+                                have[1] = true;
+                                mdb_cursor_get(cur, &nk, &nv, MDB_PREV);
+                        }
+                }
+                MDB_val pk, pv;
+                if (mdb_cursor_get(cur, &pk, &pv, MDB_PREV) == 0 && pk.mv_size == NTFS_HASH_LEN &&
+                    memcmp(pk.mv_data, id->b, NTFS_HASH_LEN) != 0) {
+                        memcpy(nb[0], pk.mv_data, NTFS_HASH_LEN);
+                        have[0] = true;
+                }
+        } else {
+                MDB_val pk, pv;
+                if (mdb_cursor_get(cur, &pk, &pv, MDB_LAST) == 0 && pk.mv_size == NTFS_HASH_LEN) {
+                        memcpy(nb[0], pk.mv_data, NTFS_HASH_LEN);
+                        have[0] = true;
+                }
+        }
+        for (int d = 0; d < 2; d++) {
+                if (!have[d])
                         continue;
-                const uint8_t *o = nk.mv_data;
+                const uint8_t *o = nb[d];
                 size_t i = 0;
                 while (i < NTFS_HASH_LEN && o[i] == id->b[i])
                         i++;
-                /* common prefix in hex digits */
                 size_t digits = 2 * i;
                 if (i < NTFS_HASH_LEN && (o[i] >> 4) == (id->b[i] >> 4))
                         digits++;
                 if (digits + 1 > need)
                         need = digits + 1;
         }
+        if (need > NTFS_HEX_LEN)
+                need = NTFS_HEX_LEN;
         mdb_cursor_close(cur);
         if (need < NTFS_SHORT_ID_MIN)
                 need = NTFS_SHORT_ID_MIN;

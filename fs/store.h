@@ -247,6 +247,8 @@ void ntfs_ws_close(ntfs_ws *ws);
 bool ntfs_ws_readonly(const ntfs_ws *ws);
 /* Called (without the store lock held) after the state was replaced. */
 void ntfs_ws_set_invalidate_cb(ntfs_ws *ws, void (*cb)(ntfs_ws *, void *), void *ud);
+/* Number of successful write calls on this handle (for auto-checkpoint). */
+uint64_t ntfs_ws_changes(ntfs_ws *ws);
 /* Incremented each time the state is replaced (rollback). */
 uint64_t ntfs_ws_generation(ntfs_ws *ws);
 const char *ntfs_ws_session(const ntfs_ws *ws); /* NULL for a view */

@@ -127,6 +127,7 @@ int ws_init_from_commit(ntfs_store *st, uint64_t wsid, const struct commit_obj *
 struct ctx {
         ntfs_store *st;
         ntfs_ws *ws;
+        bool write;
         uint64_t wsid;
         struct sess_rec sr; /* sessions only */
         bool sr_changed;
@@ -135,6 +136,7 @@ struct ctx {
 static int ctx_enter(ntfs_ws *ws, struct ctx *c, bool write) {
         c->st = ws->st;
         c->ws = ws;
+        c->write = write;
         c->sr_changed = false;
         int r = store_enter(ws->st);
         if (r < 0)
@@ -160,6 +162,8 @@ static int ctx_leave(struct ctx *c, int r) {
                 if (r2 < 0)
                         r = r2;
         }
+        if (r >= 0 && c->write)
+                c->ws->changes++;
         store_leave(c->st);
         return r;
 }
@@ -535,6 +539,13 @@ void ntfs_ws_set_invalidate_cb(ntfs_ws *ws, void (*cb)(ntfs_ws *, void *), void 
         ws->inval_cb = cb;
         ws->inval_ud = ud;
         pthread_mutex_unlock(&ws->st->lock);
+}
+
+uint64_t ntfs_ws_changes(ntfs_ws *ws) {
+        pthread_mutex_lock(&ws->st->lock);
+        uint64_t n = ws->changes;
+        pthread_mutex_unlock(&ws->st->lock);
+        return n;
 }
 
 uint64_t ntfs_ws_generation(ntfs_ws *ws) {

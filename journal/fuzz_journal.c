@@ -165,7 +165,7 @@ static void test_session(const char *a, const char *b) {
                       "session error code");
                 return;
         }
-        _cleanup_(ntfs_session_info_release) struct ntfs_session_info si = {};
+        _cleanup_(ntfs_jsession_release) struct ntfs_jsession si = {};
         check(ntfs_journal_session_get(fj, a, &si) == 0, "session get");
         check(json_ok(si.metadata_json) && clean(si.metadata_json), "metadata JSON, redacted");
 }

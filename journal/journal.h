@@ -174,24 +174,24 @@ int ntfs_journal_pending(ntfs_journal *j, ntfs_journal_effect_cb cb, void *userd
 
 /* ---- sessions and agent checkpoints -------------------------------------- */
 
-struct ntfs_session_info {
+struct ntfs_jsession {
         char *name;
         int64_t created_ns;
         int64_t ended_ns; /* 0 while active */
         int64_t uid;      /* -1: unknown */
         char *metadata_json;
 };
-void ntfs_session_info_release(struct ntfs_session_info *s);
-void ntfs_session_infos_free(struct ntfs_session_info *arr, size_t n);
+void ntfs_jsession_release(struct ntfs_jsession *s);
+void ntfs_jsessions_free(struct ntfs_jsession *arr, size_t n);
 
 /* metadata_json NULL means {}. -NTFS_ESESSEXISTS if the name is taken
  * (even by an ended session). Fault point: journal.session. */
 int ntfs_journal_session_create(ntfs_journal *j, const char *name, int64_t uid, const char *metadata_json);
 /* Marks ended (first end time kept; ending twice is 0). */
 int ntfs_journal_session_end(ntfs_journal *j, const char *name);
-int ntfs_journal_session_get(ntfs_journal *j, const char *name, struct ntfs_session_info *ret);
+int ntfs_journal_session_get(ntfs_journal *j, const char *name, struct ntfs_jsession *ret);
 /* By creation order. */
-int ntfs_journal_session_list(ntfs_journal *j, bool include_ended, struct ntfs_session_info **ret,
+int ntfs_journal_session_list(ntfs_journal *j, bool include_ended, struct ntfs_jsession **ret,
                               size_t *ret_n);
 
 /* A semantic checkpoint: what an agent needs to continue at step. */

@@ -55,7 +55,7 @@ static void *grow(void **arr, size_t *cap, size_t n, size_t elem) {
 
 /* ---- sessions ------------------------------------------------------------ */
 
-void ntfs_session_info_release(struct ntfs_session_info *s) {
+void ntfs_jsession_release(struct ntfs_jsession *s) {
         if (!s)
                 return;
         free(s->name);
@@ -63,16 +63,16 @@ void ntfs_session_info_release(struct ntfs_session_info *s) {
         memset(s, 0, sizeof *s);
 }
 
-void ntfs_session_infos_free(struct ntfs_session_info *arr, size_t n) {
+void ntfs_jsessions_free(struct ntfs_jsession *arr, size_t n) {
         if (!arr)
                 return;
         for (size_t i = 0; i < n; i++)
-                ntfs_session_info_release(&arr[i]);
+                ntfs_jsession_release(&arr[i]);
         free(arr);
 }
 
-static int read_session(sqlite3_stmt *s, struct ntfs_session_info *ret) {
-        _cleanup_(ntfs_session_info_release) struct ntfs_session_info v = {};
+static int read_session(sqlite3_stmt *s, struct ntfs_jsession *ret) {
+        _cleanup_(ntfs_jsession_release) struct ntfs_jsession v = {};
         int r;
         if ((r = jr_col_strdup(s, 0, &v.name)) < 0 || (r = jr_col_strdup(s, 4, &v.metadata_json)) < 0)
                 return r;
@@ -130,7 +130,7 @@ int ntfs_journal_session_end(ntfs_journal *j, const char *name) {
         return jr_txn_commit(&t, "journal.session");
 }
 
-int ntfs_journal_session_get(ntfs_journal *j, const char *name, struct ntfs_session_info *ret) {
+int ntfs_journal_session_get(ntfs_journal *j, const char *name, struct ntfs_jsession *ret) {
         int r;
         if (!j || !ret)
                 return -EINVAL;
@@ -146,7 +146,7 @@ int ntfs_journal_session_get(ntfs_journal *j, const char *name, struct ntfs_sess
         return read_session(s, ret);
 }
 
-int ntfs_journal_session_list(ntfs_journal *j, bool include_ended, struct ntfs_session_info **ret,
+int ntfs_journal_session_list(ntfs_journal *j, bool include_ended, struct ntfs_jsession **ret,
                               size_t *ret_n) {
         int r;
         if (!j || !ret || !ret_n)
@@ -155,7 +155,7 @@ int ntfs_journal_session_list(ntfs_journal *j, bool include_ended, struct ntfs_s
         _cleanup_stmt_ sqlite3_stmt *s = NULL;
         if ((r = jr_stmt(j, JR_SESSION_LIST, &s)) < 0 || (r = jr_bind_i64(s, 1, include_ended)) < 0)
                 return r;
-        return COLLECT(j, s, struct ntfs_session_info, read_session, ntfs_session_info_release, ret, ret_n);
+        return COLLECT(j, s, struct ntfs_jsession, read_session, ntfs_jsession_release, ret, ret_n);
 }
 
 /* ---- agent checkpoints --------------------------------------------------- */

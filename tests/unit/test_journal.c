@@ -134,7 +134,7 @@ TEST(open_reopen_schema) {
         ASSERT_EQ(st.st_mode & 0077, 0); /* private to the daemon's user */
         ASSERT(raw_int("SELECT count(*) FROM pragma_journal_mode WHERE journal_mode = 'wal'") == 1);
         ASSERT_OK(ntfs_journal_open(tpath, &j));
-        _cleanup_(ntfs_session_info_release) struct ntfs_session_info si = {};
+        _cleanup_(ntfs_jsession_release) struct ntfs_jsession si = {};
         ASSERT_OK(ntfs_journal_session_get(j, "a", &si));
         ASSERT_STREQ(si.name, "a");
         ntfs_journal_close(j);
@@ -179,7 +179,7 @@ TEST(sessions) {
         ASSERT_ERR(ntfs_journal_session_create(j, "a/b", 0, NULL), -NTFS_EINVALNAME);
         ASSERT_ERR(ntfs_journal_session_create(j, "t", 0, "{bad"), -NTFS_EBADREQ);
         ASSERT_OK(ntfs_journal_session_create(j, "t", 42, "{\"model\":\"m\",\"a\":1}"));
-        _cleanup_(ntfs_session_info_release) struct ntfs_session_info si = {};
+        _cleanup_(ntfs_jsession_release) struct ntfs_jsession si = {};
         ASSERT_OK(ntfs_journal_session_get(j, "t", &si));
         ASSERT_EQ(si.uid, 42);
         ASSERT_EQ(si.ended_ns, 0);
@@ -188,26 +188,26 @@ TEST(sessions) {
         ASSERT_ERR(ntfs_journal_session_get(j, "nope", &si), -NTFS_ENOSESSION);
 
         ASSERT_OK(ntfs_journal_session_end(j, "t"));
-        ntfs_session_info_release(&si);
+        ntfs_jsession_release(&si);
         ASSERT_OK(ntfs_journal_session_get(j, "t", &si));
         int64_t ended = si.ended_ns;
         ASSERT(ended > 0);
         ASSERT_OK(ntfs_journal_session_end(j, "t")); /* idempotent, time kept */
-        ntfs_session_info_release(&si);
+        ntfs_jsession_release(&si);
         ASSERT_OK(ntfs_journal_session_get(j, "t", &si));
         ASSERT_EQ(si.ended_ns, ended);
         ASSERT_ERR(ntfs_journal_session_end(j, "nope"), -NTFS_ENOSESSION);
 
-        struct ntfs_session_info *arr = NULL;
+        struct ntfs_jsession *arr = NULL;
         size_t n = 0;
         ASSERT_OK(ntfs_journal_session_list(j, false, &arr, &n));
         ASSERT_EQ(n, 1);
         ASSERT_STREQ(arr[0].name, "s");
-        ntfs_session_infos_free(arr, n);
+        ntfs_jsessions_free(arr, n);
         ASSERT_OK(ntfs_journal_session_list(j, true, &arr, &n));
         ASSERT_EQ(n, 2);
         ASSERT_STREQ(arr[1].name, "t");
-        ntfs_session_infos_free(arr, n);
+        ntfs_jsessions_free(arr, n);
         tmp_cleanup();
 }
 
