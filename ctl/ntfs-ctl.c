@@ -1,0 +1,1823 @@
+/* SPDX-License-Identifier: MIT
+ * ntfs-ctl — the command line of ntfsd's control socket, git-style.
+ *
+ *   ntfs-ctl [--socket PATH] [--json] COMMAND [ARGS...]
+ *
+ * Every command is one or two requests through ctl/client.h; docs/cli.md is
+ * the manual and docs/protocol.md the wire format. Exit codes: 0 success,
+ * 1 the operation failed (the server refused it or could not be reached),
+ * 2 usage error. `exec` exits with the command's own code instead.
+ *
+ * Structure: a table of commands (name, usage, help text, flags, positional
+ * bounds, handler); one generic argument parser fills a struct args; each
+ * handler builds its request, calls the daemon, and prints either the
+ * server's JSON (--json) or a short human rendering.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "common/cleanup.h"
+#include "common/err.h"
+#include "common/util.h"
+#include "ctl/client.h"
+#include "common/banned.h"
+
+#define CTL_VERSION "0.1.0"
+#define EXIT_FAIL 1
+#define EXIT_USAGE 2
+
+/* Bounds on what the command line may hand us. */
+#define MAX_ARG_BYTES (64u * 1024)        /* one argument (a message, a command) */
+#define MAX_EXEC_COMMAND (1024u * 1024)   /* the joined exec command */
+#define MAX_POS 8
+#define MAX_FLAGS 8
+#define DEFAULT_TIMEOUT_MS (300u * 1000)  /* requests other than exec/gc/fsck */
+
+/* ---- commands, flags, arguments ------------------------------------------ */
+
+struct flagspec {
+        const char *lng; /* "--at" without dashes: "at" */
+        char shrt;       /* 'm' or 0 */
+        bool arg;        /* takes a value */
+};
+
+struct args {
+        const char *pos[MAX_POS];
+        int npos;
+        const char *val[MAX_FLAGS]; /* value, or "" for a boolean flag that is set */
+        bool set[MAX_FLAGS];
+        char **rest; /* exec: the words after "--" */
+        int nrest;
+        bool dashdash;
+};
+
+struct ctx {
+        const char *socket;
+        bool json;
+        ntfs_client *client;
+};
+
+struct cmd;
+typedef int (*cmd_fn)(struct ctx *c, const struct cmd *cmd, struct args *a);
+
+struct cmd {
+        const char *name;     /* "checkpoint", "session new" */
+        const char *synopsis; /* after the name */
+        const char *summary;  /* one line for the overview */
+        const char *help;     /* description, options, examples */
+        const struct flagspec *flags;
+        int min_pos, max_pos;
+        bool wants_rest; /* exec */
+        cmd_fn run;
+};
+
+static int flag_index(const struct cmd *cmd, const char *lng) {
+        for (int i = 0; cmd->flags && cmd->flags[i].lng; i++)
+                if (strcmp(cmd->flags[i].lng, lng) == 0)
+                        return i;
+        return -1;
+}
+
+static const char *flag(const struct cmd *cmd, const struct args *a, const char *lng) {
+        int i = flag_index(cmd, lng);
+        return i >= 0 && a->set[i] ? a->val[i] : NULL;
+}
+
+static bool has_flag(const struct cmd *cmd, const struct args *a, const char *lng) {
+        return flag(cmd, a, lng) != NULL;
+}
+
+/* ---- output helpers ------------------------------------------------------- */
+
+static void print_usage_line(FILE *f, const struct cmd *cmd) {
+        fprintf(f, "usage: ntfs-ctl [--socket PATH] [--json] %s%s%s\n", cmd->name, cmd->synopsis[0] ? " " : "",
+                cmd->synopsis);
+}
+
+static int usage_error(const struct cmd *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int usage_error(const struct cmd *cmd, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        fputs("ntfs-ctl: ", stderr);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+        va_end(ap);
+        if (cmd) {
+                print_usage_line(stderr, cmd);
+                fprintf(stderr, "Try 'ntfs-ctl %s --help' for more information.\n", cmd->name);
+        } else
+                fputs("Try 'ntfs-ctl --help' for more information.\n", stderr);
+        return EXIT_USAGE;
+}
+
+/* Prints "ntfs-ctl: MESSAGE (CODE)" and, with --json, the error object on
+ * stdout so that machines always get one JSON document. */
+static int fail(struct ctx *c, const json_t *server_body, const char *code, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+static int fail(struct ctx *c, const json_t *server_body, const char *code, const char *fmt, ...) {
+        char msg[2048];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        fprintf(stderr, "ntfs-ctl: %s (%s)\n", msg, code);
+        if (c && c->json) {
+                json_t *o = server_body ? json_incref((json_t *)server_body)
+                                        : json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg);
+                char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+                if (s)
+                        printf("%s\n", s);
+                free(s);
+                json_decref(o);
+        }
+        return EXIT_FAIL;
+}
+
+static int print_json(const json_t *j) {
+        if (!j) {
+                printf("{}\n");
+                return 0;
+        }
+        _cleanup_free_ char *s = json_dumps(j, JSON_INDENT(2) | JSON_ENCODE_ANY);
+        if (!s)
+                return fail(NULL, NULL, "out_of_memory", "cannot format the answer");
+        printf("%s\n", s);
+        return 0;
+}
+
+/* Borrowed string of o[key], or dflt. Numbers/bools are not strings. */
+static const char *jstr(const json_t *o, const char *key, const char *dflt) {
+        const char *s = json_string_value(json_object_get(o, key));
+        return s ? s : dflt;
+}
+
+static bool jint(const json_t *o, const char *key, json_int_t *ret) {
+        json_t *v = json_object_get(o, key);
+        if (json_is_integer(v)) {
+                *ret = json_integer_value(v);
+                return true;
+        }
+        if (json_is_real(v)) {
+                *ret = (json_int_t)json_real_value(v);
+                return true;
+        }
+        return false;
+}
+
+static bool jtrue(const json_t *o, const char *key) {
+        return json_is_true(json_object_get(o, key));
+}
+
+/* A scalar as text into buf ("-" for absent/null). */
+static const char *jscalar(const json_t *v, char *buf, size_t len) {
+        if (!v || json_is_null(v))
+                return "-";
+        if (json_is_string(v))
+                return json_string_value(v);
+        if (json_is_integer(v)) {
+                snprintf(buf, len, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+                return buf;
+        }
+        if (json_is_real(v)) {
+                snprintf(buf, len, "%g", json_real_value(v));
+                return buf;
+        }
+        if (json_is_boolean(v))
+                return json_is_true(v) ? "yes" : "no";
+        char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        snprintf(buf, len, "%s", s ? s : "?");
+        free(s);
+        return buf;
+}
+
+static const char *human_bytes(uint64_t b, char *buf, size_t len) {
+        static const char *units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+        double v = (double)b;
+        size_t u = 0;
+        while (v >= 1024 && u + 1 < ARRAY_SIZE(units)) {
+                v /= 1024;
+                u++;
+        }
+        if (u == 0)
+                snprintf(buf, len, "%" PRIu64 " B", b);
+        else
+                snprintf(buf, len, "%.1f %s", v, units[u]);
+        return buf;
+}
+
+/* Times arrive as ns (log, effects), maybe s or ms elsewhere, or a string. */
+static const char *human_time(const json_t *v, char *buf, size_t len) {
+        if (json_is_string(v))
+                return json_string_value(v);
+        if (!json_is_integer(v) && !json_is_real(v))
+                return "-";
+        double t = json_number_value(v);
+        if (t > 1e17)
+                t /= 1e9;
+        else if (t > 1e14)
+                t /= 1e6;
+        else if (t > 1e11)
+                t /= 1e3;
+        time_t secs = (time_t)t;
+        struct tm tm;
+        if (!localtime_r(&secs, &tm) || strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm) == 0)
+                return "-";
+        return buf;
+}
+
+/* Writes s with C-style quoting when it holds control characters, a quote
+ * or a backslash (as git's core.quotePath does for those). */
+static void print_path(const char *s) {
+        bool plain = true;
+        for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+                if (*p < 0x20 || *p == 0x7f || *p == '"' || *p == '\\')
+                        plain = false;
+        if (plain) {
+                fputs(s, stdout);
+                return;
+        }
+        putchar('"');
+        for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+                switch (*p) {
+                case '\n': fputs("\\n", stdout); break;
+                case '\t': fputs("\\t", stdout); break;
+                case '\r': fputs("\\r", stdout); break;
+                case '"': fputs("\\\"", stdout); break;
+                case '\\': fputs("\\\\", stdout); break;
+                default:
+                        if (*p < 0x20 || *p == 0x7f)
+                                printf("\\%03o", *p);
+                        else
+                                putchar(*p);
+                }
+        }
+        putchar('"');
+}
+
+/* Replaces control characters with '?' (for table cells from the server). */
+static char *sanitize_dup(const char *s, size_t maxlen) {
+        size_t n = strnlen(s, maxlen);
+        bool cut = s[n] != 0;
+        char *d = malloc(n + 4);
+        if (!d)
+                return NULL;
+        for (size_t i = 0; i < n; i++)
+                d[i] = ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) ? '?' : s[i];
+        if (cut) {
+                memcpy(d + n, "...", 3);
+                n += 3;
+        }
+        d[n] = 0;
+        return d;
+}
+
+/* ---- a small table printer: aligned columns, two spaces apart ------------ */
+
+#define TABLE_MAX_COLS 8
+
+struct table {
+        int ncols;
+        size_t nrows, cap;
+        char **cells; /* nrows * ncols, owned */
+};
+
+static void table_free(struct table *t) {
+        for (size_t i = 0; i < t->nrows * (size_t)t->ncols; i++)
+                free(t->cells[i]);
+        free(t->cells);
+}
+
+/* Adds a row of ncols strings (copied, sanitized; NULL prints "-"). */
+static int table_add(struct table *t, const char *const *row) {
+        if (t->nrows == t->cap) {
+                size_t cap = t->cap ? t->cap * 2 : 16;
+                char **n = reallocarray(t->cells, cap * (size_t)t->ncols, sizeof *n);
+                if (!n)
+                        return -ENOMEM;
+                t->cells = n;
+                t->cap = cap;
+        }
+        char **dst = t->cells + t->nrows * (size_t)t->ncols;
+        for (int i = 0; i < t->ncols; i++) {
+                dst[i] = sanitize_dup(row[i] ? row[i] : "-", 200);
+                if (!dst[i]) {
+                        for (int k = 0; k < i; k++)
+                                free(dst[k]);
+                        return -ENOMEM;
+                }
+        }
+        t->nrows++;
+        return 0;
+}
+
+static void table_print(const struct table *t) {
+        size_t w[TABLE_MAX_COLS] = { 0 };
+        for (size_t r = 0; r < t->nrows; r++)
+                for (int i = 0; i < t->ncols; i++)
+                        w[i] = NTFS_MAX(w[i], strlen(t->cells[r * (size_t)t->ncols + i]));
+        for (size_t r = 0; r < t->nrows; r++) {
+                for (int i = 0; i < t->ncols; i++) {
+                        const char *s = t->cells[r * (size_t)t->ncols + i];
+                        if (i + 1 < t->ncols)
+                                printf("%-*s  ", (int)w[i], s);
+                        else
+                                printf("%s\n", s);
+                }
+        }
+}
+
+/* ---- talking to the daemon ------------------------------------------------ */
+
+static int client_get(struct ctx *c, unsigned timeout_ms, ntfs_client **ret) {
+        if (!c->client) {
+                int r = ntfs_client_new(c->socket, &c->client);
+                if (r < 0)
+                        return r;
+        }
+        ntfs_client_set_timeout(c->client, timeout_ms);
+        *ret = c->client;
+        return 0;
+}
+
+static int transport_fail(struct ctx *c, int r) {
+        switch (r) {
+        case -ENOENT:
+                return fail(c, NULL, "unreachable", "cannot connect to ntfsd at %s: no such socket (is ntfsd running?)",
+                            c->socket);
+        case -ECONNREFUSED:
+                return fail(c, NULL, "unreachable", "cannot connect to ntfsd at %s: connection refused", c->socket);
+        case -EACCES:
+                return fail(c, NULL, "permission_denied", "cannot connect to ntfsd at %s: permission denied",
+                            c->socket);
+        case -NTFS_ETIMEOUT:
+                return fail(c, NULL, "timeout", "ntfsd at %s did not answer in time", c->socket);
+        case -EPROTO:
+                return fail(c, NULL, "bad_response", "%s does not speak HTTP", c->socket);
+        default:
+                return fail(c, NULL, ntfs_errcode(r), "request to ntfsd at %s failed: %s", c->socket,
+                            ntfs_strerror(r));
+        }
+}
+
+/* Sends the request. On a 2xx answer returns 0 and *ret gets the JSON
+ * (owned, maybe NULL). Otherwise reports and returns EXIT_FAIL; with
+ * keep_error the error body is handed back too (*ret_status set). */
+static int call_full(struct ctx *c, const char *method, const char *path, const json_t *body, unsigned timeout_ms,
+                     json_t **ret, long *ret_status, bool quiet_error) {
+        ntfs_client *cl;
+        int r = client_get(c, timeout_ms, &cl);
+        if (r < 0)
+                return fail(c, NULL, ntfs_errcode(r), "cannot create a client: %s", ntfs_strerror(r));
+        struct ntfs_client_response res = { 0 };
+        r = ntfs_client_request(cl, method, path, body, &res);
+        if (r < 0)
+                return transport_fail(c, r);
+        if (ret_status)
+                *ret_status = res.status;
+        if (res.status >= 200 && res.status < 300) {
+                if (ret)
+                        *ret = TAKE_PTR(res.json);
+                ntfs_client_response_release(&res);
+                return 0;
+        }
+        if (quiet_error && ret) {
+                *ret = TAKE_PTR(res.json);
+                ntfs_client_response_release(&res);
+                return EXIT_FAIL;
+        }
+        const char *code, *msg;
+        ntfs_client_error(&res, &code, &msg);
+        _cleanup_free_ char *m = sanitize_dup(msg, 1024);
+        r = fail(c, res.json, code, "%s", m ? m : code);
+        ntfs_client_response_release(&res);
+        return r;
+}
+
+static int call(struct ctx *c, const char *method, const char *path, const json_t *body, json_t **ret) {
+        return call_full(c, method, path, body, DEFAULT_TIMEOUT_MS, ret, NULL, false);
+}
+
+/* Percent-encodes one path segment or query value (malloc'd). */
+static char *esc(const char *s) {
+        size_t len = strlen(s) * 3 + 1;
+        char *b = malloc(len);
+        if (b && ntfs_client_escape(s, b, len) < 0) {
+                free(b);
+                return NULL;
+        }
+        return b;
+}
+
+/* "/v1/sessions/<name><suffix>" with name escaped; NULL on OOM. */
+static char *session_path(const char *name, const char *suffix) {
+        _cleanup_free_ char *e = esc(name);
+        char *p = NULL;
+        if (!e || asprintf(&p, "/v1/sessions/%s%s", e, suffix) < 0)
+                return NULL;
+        return p;
+}
+
+static int oom(struct ctx *c) {
+        return fail(c, NULL, "out_of_memory", "out of memory");
+}
+
+/* Sets o[key] to a string (copied). */
+static int set_str(json_t *o, const char *key, const char *v) {
+        return json_object_set_new(o, key, json_string(v));
+}
+
+/* Parses a count with optional K/M/G/T (binary) suffix. */
+static int parse_size(const char *s, uint64_t *ret) {
+        size_t n = strlen(s);
+        if (n == 0 || n > 32)
+                return -EINVAL;
+        char num[40];
+        memcpy(num, s, n + 1);
+        uint64_t mul = 1;
+        char last = num[n - 1];
+        const char *suf = "KMGT";
+        const char *p = last ? strchr(suf, last >= 'a' ? last - 32 : last) : NULL;
+        if (p) {
+                for (const char *q = suf; q <= p; q++)
+                        mul *= 1024;
+                num[n - 1] = 0;
+        }
+        uint64_t v;
+        int r = ntfs_parse_u64(num, INT64_MAX / mul, &v);
+        if (r < 0)
+                return r;
+        *ret = v * mul;
+        return 0;
+}
+
+static int parse_num_flag(const struct cmd *cmd, const char *flagname, const char *s, uint64_t max, uint64_t *ret) {
+        int r = ntfs_parse_u64(s, max, ret);
+        if (r < 0)
+                return usage_error(cmd, "--%s needs a number from 0 to %" PRIu64 ", not '%s'", flagname, max, s);
+        return 0;
+}
+
+/* ---- commands --------------------------------------------------------------- */
+
+static int cmd_status(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        (void)cmd, (void)a;
+        json_t *j = NULL;
+        int r = call(c, "GET", "/v1/status", NULL, &j);
+        if (r)
+                return r;
+        if (c->json) {
+                r = print_json(j);
+                json_decref(j);
+                return r;
+        }
+        char b1[64], b2[64];
+        json_int_t n;
+        printf("ntfsd %s", jstr(j, "version", "?"));
+        if (jint(j, "pid", &n))
+                printf(" (pid %" JSON_INTEGER_FORMAT ")", n);
+        printf("\n");
+        struct table t = { .ncols = 2 };
+        const char *rows[][2] = {
+                { "store:", jstr(j, "store", "-") },
+                { "sessions:", jscalar(json_object_get(j, "sessions"), b1, sizeof b1) },
+                { "tags:", jscalar(json_object_get(j, "tags"), b2, sizeof b2) },
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(rows); i++)
+                table_add(&t, rows[i]);
+        char objs[128], hb[64];
+        if (jint(j, "objects", &n)) {
+                json_int_t used = 0;
+                if (jint(j, "used_bytes", &used))
+                        snprintf(objs, sizeof objs, "%" JSON_INTEGER_FORMAT " (%s)", n,
+                                 human_bytes((uint64_t)NTFS_MAX(used, 0), hb, sizeof hb));
+                else
+                        snprintf(objs, sizeof objs, "%" JSON_INTEGER_FORMAT, n);
+                table_add(&t, (const char *[]){ "objects:", objs });
+        }
+        json_t *jail = json_object_get(j, "jail");
+        if (json_is_object(jail)) {
+                char line[512] = "";
+                size_t off = 0;
+                const char *k;
+                json_t *v;
+                json_object_foreach(jail, k, v) {
+                        char vb[64];
+                        int w = snprintf(line + off, sizeof line - off, "%s%s=%s", off ? " " : "", k,
+                                         jscalar(v, vb, sizeof vb));
+                        if (w < 0 || (size_t)w >= sizeof line - off)
+                                break;
+                        off += (size_t)w;
+                }
+                table_add(&t, (const char *[]){ "jail:", line });
+        }
+        table_print(&t);
+        table_free(&t);
+        json_t *mounts = json_object_get(j, "mounts");
+        if (json_is_array(mounts)) {
+                printf("mounts:%s\n", json_array_size(mounts) ? "" : " none");
+                struct table mt = { .ncols = 4 };
+                size_t i;
+                json_t *m;
+                json_array_foreach(mounts, i, m) {
+                        if (json_is_string(m)) {
+                                table_add(&mt, (const char *[]){ " ", json_string_value(m), "", "" });
+                                continue;
+                        }
+                        table_add(&mt, (const char *[]){ " ", jstr(m, "mountpoint", "-"), jstr(m, "session", "-"),
+                                                         jtrue(m, "ro") ? "ro" : "rw" });
+                }
+                table_print(&mt);
+                table_free(&mt);
+        }
+        json_decref(j);
+        return 0;
+}
+
+static const char *mounts_text(const json_t *v, char *buf, size_t len) {
+        if (json_is_array(v)) {
+                size_t off = 0, i;
+                json_t *m;
+                buf[0] = 0;
+                json_array_foreach(v, i, m) {
+                        const char *mp = json_is_string(m) ? json_string_value(m) : jstr(m, "mountpoint", "?");
+                        int w = snprintf(buf + off, len - off, "%s%s", off ? "," : "", mp);
+                        if (w < 0 || (size_t)w >= len - off)
+                                break;
+                        off += (size_t)w;
+                }
+                return off ? buf : "-";
+        }
+        return jscalar(v, buf, len);
+}
+
+static int cmd_session_new(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        json_t *body = json_pack("{s:s}", "name", a->pos[0]);
+        const char *from = flag(cmd, a, "from");
+        if (!body || (from && set_str(body, "from", from) < 0)) {
+                json_decref(body);
+                return oom(c);
+        }
+        json_t *j = NULL;
+        int r = call(c, "POST", "/v1/sessions", body, &j);
+        json_decref(body);
+        if (r)
+                return r;
+        if (c->json)
+                r = print_json(j);
+        else
+                printf("created session %s at %s\n", jstr(j, "name", a->pos[0]), jstr(j, "short", "-"));
+        json_decref(j);
+        return r;
+}
+
+static int cmd_session_ls(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        (void)cmd, (void)a;
+        json_t *j = NULL;
+        int r = call(c, "GET", "/v1/sessions", NULL, &j);
+        if (r)
+                return r;
+        if (c->json) {
+                r = print_json(j);
+                json_decref(j);
+                return r;
+        }
+        struct table t = { .ncols = 7 };
+        table_add(&t, (const char *[]){ "NAME", "HEAD", "DIRTY", "BYTES", "INODES", "CREATED", "MOUNTS" });
+        size_t i;
+        json_t *s;
+        json_array_foreach(json_object_get(j, "sessions"), i, s) {
+                char b1[64], b2[64], b3[64], b5[1024];
+                json_int_t n;
+                table_add(&t, (const char *[]){
+                                      jstr(s, "name", "?"), jstr(s, "short", "-"), jtrue(s, "dirty") ? "yes" : "no",
+                                      jint(s, "bytes", &n) ? human_bytes((uint64_t)NTFS_MAX(n, 0), b1, sizeof b1) : "-",
+                                      jscalar(json_object_get(s, "inodes"), b2, sizeof b2),
+                                      human_time(json_object_get(s, "created"), b3, sizeof b3),
+                                      mounts_text(json_object_get(s, "mounts"), b5, sizeof b5) });
+        }
+        if (t.nrows == 1)
+                printf("no sessions\n");
+        else
+                table_print(&t);
+        table_free(&t);
+        json_decref(j);
+        return 0;
+}
+
+static int cmd_session_show(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        (void)cmd;
+        _cleanup_free_ char *path = session_path(a->pos[0], "");
+        if (!path)
+                return oom(c);
+        json_t *j = NULL;
+        int r = call(c, "GET", path, NULL, &j);
+        if (r)
+                return r;
+        if (c->json) {
+                r = print_json(j);
+                json_decref(j);
+                return r;
+        }
+        char b[8][1024];
+        json_int_t n;
+        char quota[256];
+        json_int_t qb = 0, qi = 0;
+        bool has_qb = jint(j, "quota_bytes", &qb), has_qi = jint(j, "quota_inodes", &qi);
+        snprintf(quota, sizeof quota, "%s bytes, %s inodes",
+                 has_qb && qb > 0 ? human_bytes((uint64_t)qb, b[6], sizeof b[6]) : "unlimited",
+                 has_qi && qi > 0 ? jscalar(json_object_get(j, "quota_inodes"), b[7], sizeof b[7]) : "unlimited");
+        const char *floor = jstr(j, "floor", NULL);
+        struct table t = { .ncols = 2 };
+        const char *rows[][2] = {
+                { "name:", jstr(j, "name", a->pos[0]) },
+                { "head:", jstr(j, "head", "-") },
+                { "floor:", floor ? floor : jscalar(json_object_get(j, "floor"), b[0], sizeof b[0]) },
+                { "dirty:", jtrue(j, "dirty") ? "yes" : "no" },
+                { "bytes:", jint(j, "bytes", &n) ? human_bytes((uint64_t)NTFS_MAX(n, 0), b[1], sizeof b[1]) : "-" },
+                { "inodes:", jscalar(json_object_get(j, "inodes"), b[2], sizeof b[2]) },
+                { "quota:", quota },
+                { "created:", human_time(json_object_get(j, "created"), b[3], sizeof b[3]) },
+                { "mounts:", mounts_text(json_object_get(j, "mounts"), b[4], sizeof b[4]) },
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(rows); i++)
+                table_add(&t, rows[i]);
+        table_print(&t);
+        table_free(&t);
+        json_decref(j);
+        return 0;
+}
+
+static int cmd_session_end(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        (void)cmd;
+        _cleanup_free_ char *path = session_path(a->pos[0], "");
+        if (!path)
+                return oom(c);
+        json_t *j = NULL;
+        int r = call(c, "DELETE", path, NULL, &j);
+        if (r)
+                return r;
+        if (c->json)
+                r = print_json(j);
+        else
+                printf("ended session %s\n", a->pos[0]);
+        json_decref(j);
+        return r;
+}
+
+/* realpath() of the parent plus the last component: absolute, symlinks in
+ * the parent resolved, and never a stat of the mountpoint itself (which a
+ * stuck FUSE mount would hang). Falls back to a lexical join with the cwd. */
+static char *absolute_path(const char *p, bool resolve_leaf) {
+        if (resolve_leaf) {
+                char *r = realpath(p, NULL);
+                if (r)
+                        return r;
+        }
+        _cleanup_free_ char *copy = strdup(p);
+        if (!copy)
+                return NULL;
+        size_t n = strlen(copy);
+        while (n > 1 && copy[n - 1] == '/')
+                copy[--n] = 0;
+        char *slash = strrchr(copy, '/');
+        const char *dir = ".", *leaf = copy;
+        if (slash == copy) {
+                dir = "/";
+                leaf = copy + 1;
+        } else if (slash) {
+                *slash = 0;
+                dir = copy;
+                leaf = slash + 1;
+        }
+        _cleanup_free_ char *rdir = realpath(dir, NULL);
+        char *out = NULL;
+        if (strcmp(leaf, ".") == 0 || strcmp(leaf, "..") == 0 || leaf[0] == 0) {
+                char *r = realpath(p, NULL);
+                return r;
+        }
+        if (rdir) {
+                if (asprintf(&out, "%s%s%s", rdir, strcmp(rdir, "/") == 0 ? "" : "/", leaf) < 0)
+                        return NULL;
+                return out;
+        }
+        if (p[0] == '/')
+                return strdup(p);
+        char cwd[PATH_MAX];
+        if (!getcwd(cwd, sizeof cwd))
+                return NULL;
+        if (asprintf(&out, "%s/%s", cwd, p) < 0)
+                return NULL;
+        return out;
+}
+
+static int cmd_mount(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        const char *at = flag(cmd, a, "at"), *idle = flag(cmd, a, "autocheckpoint"),
+                   *maxs = flag(cmd, a, "autocheckpoint-max");
+        uint64_t idle_s = 0, max_s = 0;
+        if (idle && parse_num_flag(cmd, "autocheckpoint", idle, 86400 * 365, &idle_s))
+                return EXIT_USAGE;
+        if (maxs && parse_num_flag(cmd, "autocheckpoint-max", maxs, 86400 * 365, &max_s))
+                return EXIT_USAGE;
+        _cleanup_free_ char *mp = realpath(a->pos[1], NULL);
+        if (!mp) {
+                int e = errno;
+                return fail(c, NULL, ntfs_errcode(-e), "mountpoint %s: %s", a->pos[1], strerror(e));
+        }
+        struct stat st;
+        if (stat(mp, &st) < 0 || !S_ISDIR(st.st_mode))
+                return fail(c, NULL, "not_a_directory", "mountpoint %s is not a directory", mp);
+        json_t *body = json_pack("{s:s,s:s}", "session", a->pos[0], "mountpoint", mp);
+        if (!body)
+                return oom(c);
+        if (has_flag(cmd, a, "ro"))
+                json_object_set_new(body, "ro", json_true());
+        if (at)
+                set_str(body, "at", at);
+        if (idle)
+                json_object_set_new(body, "autocheckpoint", json_integer((json_int_t)idle_s));
+        if (maxs)
+                json_object_set_new(body, "autocheckpoint_max", json_integer((json_int_t)max_s));
+        json_t *j = NULL;
+        int r = call(c, "POST", "/v1/mounts", body, &j);
+        json_decref(body);
+        if (r)
+                return r;
+        if (c->json)
+                r = print_json(j);
+        else {
+                const char *mat = jstr(j, "at", NULL);
+                printf("mounted %s%s%s at %s (%s", a->pos[0], mat ? "@" : "", mat ? mat : "",
+                       jstr(j, "mountpoint", mp), jtrue(j, "ro") || has_flag(cmd, a, "ro") ? "ro" : "rw");
+                if (idle)
+                        printf(", autocheckpoint after %" PRIu64 " s idle", idle_s);
+                printf(")\n");
+        }
+        json_decref(j);
+        return r;
+}
+
+static int cmd_mounts(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        (void)cmd, (void)a;
+        json_t *j = NULL;
+        int r = call(c, "GET", "/v1/mounts", NULL, &j);
+        if (r)
+                return r;
+        if (c->json) {
+                r = print_json(j);
+                json_decref(j);
+                return r;
+        }
+        struct table t = { .ncols = 5 };
+        table_add(&t, (const char *[]){ "MOUNTPOINT", "SESSION", "MODE", "AT", "AUTOCHECKPOINT" });
+        size_t i;
+        json_t *m;
+        json_array_foreach(json_object_get(j, "mounts"), i, m) {
+                char b1[64], b2[64];
+                json_int_t ac = 0;
+                const char *acs = "off";
+                if (jint(m, "autocheckpoint", &ac) && ac > 0) {
+                        snprintf(b2, sizeof b2, "%" JSON_INTEGER_FORMAT " s", ac);
+                        acs = b2;
+                }
+                table_add(&t, (const char *[]){ jstr(m, "mountpoint", "?"), jstr(m, "session", "-"),
+                                                jtrue(m, "ro") ? "ro" : "rw",
+                                                jscalar(json_object_get(m, "at"), b1, sizeof b1), acs });
+        }
+        if (t.nrows == 1)
+                printf("no mounts\n");
+        else
+                table_print(&t);
+        table_free(&t);
+        json_decref(j);
+        return 0;
+}
+
+static int cmd_umount(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        (void)cmd;
+        _cleanup_free_ char *mp = absolute_path(a->pos[0], false);
+        if (!mp)
+                return fail(c, NULL, "invalid_argument", "cannot make %s absolute", a->pos[0]);
+        json_t *body = json_pack("{s:s}", "mountpoint", mp);
+        if (!body)
+                return oom(c);
+        json_t *j = NULL;
+        int r = call(c, "POST", "/v1/mounts/unmount", body, &j);
+        json_decref(body);
+        if (r)
+                return r;
+        if (c->json)
+                r = print_json(j);
+        else
+                printf("unmounted %s\n", jstr(j, "mountpoint", mp));
+        json_decref(j);
+        return r;
+}
+
+static int cmd_checkpoint(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        _cleanup_free_ char *path = session_path(a->pos[0], "/checkpoint");
+        json_t *body = json_object();
+        const char *m = flag(cmd, a, "message");
+        if (!path || !body || (m && set_str(body, "message", m) < 0)) {
+                json_decref(body);
+                return oom(c);
+        }
+        json_t *j = NULL;
+        int r = call(c, "POST", path, body, &j);
+        json_decref(body);
+        if (r)
+                return r;
+        if (c->json)
+                r = print_json(j);
+        else
+                printf("%s\n", jstr(j, "short", "-"));
+        json_decref(j);
+        return r;
+}
+
+static int cmd_fork(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        _cleanup_free_ char *path = session_path(a->pos[0], "/fork");
+        json_t *body = json_pack("{s:s}", "name", a->pos[1]);
+        const char *at = flag(cmd, a, "at");
+        if (!path || !body || (at && set_str(body, "at", at) < 0)) {
+                json_decref(body);
+                return oom(c);
+        }
+        json_t *j = NULL;
+        int r = call(c, "POST", path, body, &j);
+        json_decref(body);
+        if (r)
+                return r;
+        if (c->json)
+                r = print_json(j);
+        else
+                printf("forked %s to %s at %s\n", a->pos[0], jstr(j, "name", a->pos[1]), jstr(j, "short", "-"));
+        json_decref(j);
+        return r;
+}
+
+static int cmd_tag(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        const char *at = flag(cmd, a, "at"), *scope = flag(cmd, a, "scope");
+        if (scope && strcmp(scope, "session") != 0 && strcmp(scope, "store") != 0)
+                return usage_error(cmd, "--scope must be 'session' or 'store', not '%s'", scope);
+        _cleanup_free_ char *path = session_path(a->pos[0], "/tags");
+        json_t *body = json_pack("{s:s}", "tag", a->pos[1]);
+        if (!path || !body || (at && set_str(body, "at", at) < 0) || (scope && set_str(body, "scope", scope) < 0)) {
+                json_decref(body);
+                return oom(c);
+        }
+        json_t *j = NULL;
+        int r = call(c, "POST", path, body, &j);
+        json_decref(body);
+        if (r)
+                return r;
+        if (c->json)
+                r = print_json(j);
+        else
+                printf("tagged %s as %s (%s)\n", jstr(j, "short", "-"), jstr(j, "tag", a->pos[1]),
+                       jstr(j, "scope", scope ? scope : "session"));
+        json_decref(j);
+        return r;
+}
+
+static int cmd_tags(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        (void)cmd;
+        _cleanup_free_ char *path = NULL;
+        if (a->npos == 1) {
+                _cleanup_free_ char *e = esc(a->pos[0]);
+                if (!e || asprintf(&path, "/v1/tags?session=%s", e) < 0)
+                        return oom(c);
+        } else if (!(path = strdup("/v1/tags")))
+                return oom(c);
+        json_t *j = NULL;
+        int r = call(c, "GET", path, NULL, &j);
+        if (r)
+                return r;
+        if (c->json) {
+                r = print_json(j);
+                json_decref(j);
+                return r;
+        }
+        struct table t = { .ncols = 5 };
+        table_add(&t, (const char *[]){ "TAG", "COMMIT", "SCOPE", "SESSION", "CREATED" });
+        size_t i;
+        json_t *tg;
+        json_array_foreach(json_object_get(j, "tags"), i, tg) {
+                char b1[64], b2[64];
+                table_add(&t, (const char *[]){ jstr(tg, "tag", "?"), jstr(tg, "short", "-"), jstr(tg, "scope", "-"),
+                                                jscalar(json_object_get(tg, "session"), b1, sizeof b1),
+                                                human_time(json_object_get(tg, "created"), b2, sizeof b2) });
+        }
+        if (t.nrows == 1)
+                printf("no tags\n");
+        else
+                table_print(&t);
+        table_free(&t);
+        json_decref(j);
+        return 0;
+}
+
+static int cmd_rollback(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        const char *to = flag(cmd, a, "to"), *steps = flag(cmd, a, "steps");
+        if (!!to == !!steps)
+                return usage_error(cmd, "give exactly one of --to and --steps");
+        uint64_t n = 0;
+        if (steps && (parse_num_flag(cmd, "steps", steps, 1000000, &n) || n == 0))
+                return n == 0 && steps ? usage_error(cmd, "--steps must be at least 1") : EXIT_USAGE;
+        _cleanup_free_ char *path = session_path(a->pos[0], "/rollback");
+        json_t *body = to ? json_pack("{s:s}", "to", to) : json_pack("{s:I}", "steps", (json_int_t)n);
+        if (!path || !body) {
+                json_decref(body);
+                return oom(c);
+        }
+        json_t *j = NULL;
+        int r = call(c, "POST", path, body, &j);
+        json_decref(body);
+        if (r)
+                return r;
+        if (c->json)
+                r = print_json(j);
+        else
+                printf("%s is now at %s\n", a->pos[0], jstr(j, "short", "-"));
+        json_decref(j);
+        return r;
+}
+
+static int cmd_log(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        const char *max = flag(cmd, a, "max-count");
+        uint64_t n = 0;
+        if (max && parse_num_flag(cmd, "max-count", max, 1000000, &n))
+                return EXIT_USAGE;
+        _cleanup_free_ char *base = session_path(a->pos[0], "/log");
+        _cleanup_free_ char *path = NULL;
+        if (!base || (max ? asprintf(&path, "%s?max=%" PRIu64, base, n) : asprintf(&path, "%s", base)) < 0)
+                return oom(c);
+        json_t *j = NULL;
+        int r = call(c, "GET", path, NULL, &j);
+        if (r)
+                return r;
+        if (c->json) {
+                r = print_json(j);
+                json_decref(j);
+                return r;
+        }
+        size_t i;
+        json_t *cm;
+        json_array_foreach(json_object_get(j, "commits"), i, cm) {
+                const char *sh = jstr(cm, "short", NULL);
+                char fallback[13];
+                if (!sh) {
+                        snprintf(fallback, sizeof fallback, "%s", jstr(cm, "commit", "?"));
+                        sh = fallback;
+                }
+                printf("%s", sh);
+                json_t *tags = json_object_get(cm, "tags");
+                if (json_is_array(tags) && json_array_size(tags) > 0) {
+                        size_t k;
+                        json_t *tg;
+                        printf(" (");
+                        json_array_foreach(tags, k, tg) {
+                                const char *name = json_is_string(tg) ? json_string_value(tg) : jstr(tg, "tag", "?");
+                                _cleanup_free_ char *sn = sanitize_dup(name, 256);
+                                printf("%stag: %s", k ? ", " : "", sn ? sn : "?");
+                        }
+                        printf(")");
+                }
+                const char *msg = jstr(cm, "message", "");
+                /* The first line of the message, like --oneline. */
+                size_t len = strcspn(msg, "\n");
+                _cleanup_free_ char *line = strndup(msg, NTFS_MIN(len, (size_t)1000));
+                _cleanup_free_ char *sl = line ? sanitize_dup(line, 1000) : NULL;
+                if (sl && sl[0])
+                        printf(" %s", sl);
+                else {
+                        json_t *eff = json_object_get(cm, "effect");
+                        char eb[64];
+                        if (eff && !json_is_null(eff))
+                                printf(" [effect %s]", jscalar(eff, eb, sizeof eb));
+                        else
+                                printf(" (no message)");
+                }
+                printf("\n");
+        }
+        json_decref(j);
+        return 0;
+}
+
+static char diff_letter(const char *kind) {
+        if (!kind)
+                return '?';
+        if (strcmp(kind, "added") == 0)
+                return 'A';
+        if (strcmp(kind, "deleted") == 0)
+                return 'D';
+        if (strcmp(kind, "modified") == 0)
+                return 'M';
+        if (strcmp(kind, "type") == 0)
+                return 'T';
+        if (strcmp(kind, "mode") == 0)
+                return 'P';
+        return '?';
+}
+
+static int cmd_diff(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        (void)cmd;
+        _cleanup_free_ char *base = session_path(a->pos[0], "/diff");
+        _cleanup_free_ char *from = esc(a->pos[1]);
+        _cleanup_free_ char *to = a->npos > 2 ? esc(a->pos[2]) : NULL;
+        _cleanup_free_ char *path = NULL;
+        if (!base || !from || (a->npos > 2 && !to) ||
+            asprintf(&path, "%s?from=%s%s%s", base, from, to ? "&to=" : "", to ? to : "") < 0)
+                return oom(c);
+        json_t *j = NULL;
+        int r = call(c, "GET", path, NULL, &j);
+        if (r)
+                return r;
+        if (c->json) {
+                r = print_json(j);
+                json_decref(j);
+                return r;
+        }
+        size_t i;
+        json_t *ch;
+        json_array_foreach(json_object_get(j, "changes"), i, ch) {
+                char l = diff_letter(jstr(ch, "kind", NULL));
+                printf("%c\t", l);
+                print_path(jstr(ch, "path", "?"));
+                json_int_t om, nm;
+                if (l == 'P' && jint(ch, "old_mode", &om) && jint(ch, "new_mode", &nm))
+                        printf("\t%04o -> %04o", (unsigned)(om & 07777), (unsigned)(nm & 07777));
+                printf("\n");
+        }
+        json_decref(j);
+        return 0;
+}
+
+/* Appends s to the growing command line, single-quoted unless plain. */
+static int shell_quote_append(char **buf, size_t *len, const char *s) {
+        bool plain = *s != 0;
+        for (const char *p = s; *p; p++)
+                if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-", *p))
+                        plain = false;
+        size_t need = strlen(s) * 4 + 4;
+        if (*len + need > MAX_EXEC_COMMAND)
+                return -E2BIG;
+        char *n = realloc(*buf, *len + need + 1);
+        if (!n)
+                return -ENOMEM;
+        *buf = n;
+        char *o = n + *len;
+        if (*len)
+                *o++ = ' ';
+        if (plain) {
+                size_t k = strlen(s);
+                memcpy(o, s, k);
+                o += k;
+        } else {
+                *o++ = '\'';
+                for (const char *p = s; *p; p++) {
+                        if (*p == '\'') {
+                                memcpy(o, "'\\''", 4);
+                                o += 4;
+                        } else
+                                *o++ = *p;
+                }
+                *o++ = '\'';
+        }
+        *o = 0;
+        *len = (size_t)(o - n);
+        return 0;
+}
+
+static int cmd_exec(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        if (!a->dashdash || a->nrest == 0)
+                return usage_error(cmd, "exec needs '--' and a command");
+        const char *tool = flag(cmd, a, "tool"), *tmo = flag(cmd, a, "timeout"), *key = flag(cmd, a, "idempotency-key");
+        uint64_t timeout = 0;
+        if (tmo && parse_num_flag(cmd, "timeout", tmo, 86400, &timeout))
+                return EXIT_USAGE;
+        _cleanup_free_ char *command = NULL;
+        if (a->nrest == 1) {
+                if (strlen(a->rest[0]) > MAX_EXEC_COMMAND)
+                        return usage_error(cmd, "the command is longer than %u bytes", MAX_EXEC_COMMAND);
+                command = strdup(a->rest[0]);
+                if (!command)
+                        return oom(c);
+        } else {
+                size_t len = 0;
+                for (int i = 0; i < a->nrest; i++) {
+                        int r = shell_quote_append(&command, &len, a->rest[i]);
+                        if (r == -E2BIG)
+                                return usage_error(cmd, "the command is longer than %u bytes", MAX_EXEC_COMMAND);
+                        if (r < 0)
+                                return oom(c);
+                }
+        }
+        _cleanup_free_ char *path = session_path(a->pos[0], "/exec");
+        json_t *body = json_pack("{s:s}", "command", command);
+        if (!path || !body) {
+                json_decref(body);
+                return oom(c);
+        }
+        if (tool)
+                set_str(body, "tool", tool);
+        if (tmo)
+                json_object_set_new(body, "timeout", json_integer((json_int_t)timeout));
+        if (key)
+                set_str(body, "idempotency_key", key);
+        json_t *j = NULL;
+        /* No client deadline without --timeout: the server bounds the run. */
+        unsigned cms = tmo ? (unsigned)NTFS_MIN((timeout + 60) * 1000, (uint64_t)UINT_MAX) : 0;
+        int r = call_full(c, "POST", path, body, cms, &j, NULL, false);
+        json_decref(body);
+        if (r)
+                return r;
+        json_int_t code = 0;
+        bool has_code = jint(j, "exit_code", &code);
+        bool timed_out = jtrue(j, "timed_out");
+        if (c->json)
+                print_json(j);
+        else {
+                json_t *so = json_object_get(j, "stdout"), *se = json_object_get(j, "stderr");
+                fflush(stderr);
+                if (json_is_string(so))
+                        fwrite(json_string_value(so), 1, json_string_length(so), stdout);
+                fflush(stdout);
+                if (json_is_string(se))
+                        fwrite(json_string_value(se), 1, json_string_length(se), stderr);
+                fflush(stderr);
+                if (jtrue(j, "stdout_truncated"))
+                        fprintf(stderr, "ntfs-ctl: stdout was truncated by the server (truncated)\n");
+                if (jtrue(j, "stderr_truncated"))
+                        fprintf(stderr, "ntfs-ctl: stderr was truncated by the server (truncated)\n");
+                if (timed_out)
+                        fprintf(stderr, "ntfs-ctl: the command timed out (timeout)\n");
+        }
+        json_decref(j);
+        if (has_code && code >= 0 && code <= 255 && !(timed_out && code == 0))
+                return (int)code;
+        if (timed_out)
+                return 124;
+        return has_code ? EXIT_FAIL : 0;
+}
+
+static int cmd_effects(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        const char *lim = flag(cmd, a, "limit");
+        uint64_t n = 0;
+        if (lim && parse_num_flag(cmd, "limit", lim, 1000000, &n))
+                return EXIT_USAGE;
+        _cleanup_free_ char *base = session_path(a->pos[0], "/effects");
+        _cleanup_free_ char *path = NULL;
+        if (!base || (lim ? asprintf(&path, "%s?limit=%" PRIu64, base, n) : asprintf(&path, "%s", base)) < 0)
+                return oom(c);
+        json_t *j = NULL;
+        int r = call(c, "GET", path, NULL, &j);
+        if (r)
+                return r;
+        if (c->json) {
+                r = print_json(j);
+                json_decref(j);
+                return r;
+        }
+        struct table t = { .ncols = 7 };
+        table_add(&t, (const char *[]){ "ID", "STEP", "TOOL", "CLASS", "STATUS", "AFTER", "INPUT" });
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(j, "effects"), i, e) {
+                char b1[64], b2[64], ab[16], ib[200];
+                const char *after = jstr(e, "commit_after", NULL);
+                snprintf(ab, sizeof ab, "%.12s", after ? after : "-");
+                json_t *in = json_object_get(e, "input");
+                const char *input = NULL;
+                if (json_is_object(in))
+                        input = jstr(in, "command", NULL) ? jstr(in, "command", NULL) : jstr(in, "url", NULL);
+                if (!input) {
+                        char *s = in ? json_dumps(in, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+                        snprintf(ib, sizeof ib, "%s", s ? s : "-");
+                        free(s);
+                        input = ib;
+                }
+                _cleanup_free_ char *shortin = sanitize_dup(input, 60);
+                table_add(&t, (const char *[]){ jscalar(json_object_get(e, "id"), b1, sizeof b1),
+                                                jscalar(json_object_get(e, "step"), b2, sizeof b2),
+                                                jstr(e, "tool", "-"), jstr(e, "effect_class", "-"),
+                                                jstr(e, "status", "-"), ab, shortin ? shortin : "-" });
+        }
+        if (t.nrows == 1)
+                printf("no effects\n");
+        else
+                table_print(&t);
+        table_free(&t);
+        json_decref(j);
+        return 0;
+}
+
+static int cmd_quota(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        const char *bs = flag(cmd, a, "bytes"), *is = flag(cmd, a, "inodes");
+        if (!bs || !is)
+                return usage_error(cmd, "quota needs both --bytes and --inodes");
+        uint64_t b, n;
+        if (parse_size(bs, &b) < 0)
+                return usage_error(cmd, "--bytes needs a size such as 1048576, 512K, 10M or 2G, not '%s'", bs);
+        if (parse_num_flag(cmd, "inodes", is, INT64_MAX, &n))
+                return EXIT_USAGE;
+        _cleanup_free_ char *path = session_path(a->pos[0], "/quota");
+        json_t *body = json_pack("{s:I,s:I}", "bytes", (json_int_t)b, "inodes", (json_int_t)n);
+        if (!path || !body) {
+                json_decref(body);
+                return oom(c);
+        }
+        json_t *j = NULL;
+        int r = call(c, "PUT", path, body, &j);
+        json_decref(body);
+        if (r)
+                return r;
+        if (c->json)
+                r = print_json(j);
+        else {
+                char b1[64], b2[64];
+                printf("quota of %s: %s bytes, %s inodes\n", jstr(j, "name", a->pos[0]),
+                       jscalar(json_object_get(j, "quota_bytes"), b1, sizeof b1),
+                       jscalar(json_object_get(j, "quota_inodes"), b2, sizeof b2));
+        }
+        json_decref(j);
+        return r;
+}
+
+static int cmd_gc(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        (void)cmd, (void)a;
+        json_t *j = NULL;
+        int r = call_full(c, "POST", "/v1/gc", NULL, 0, &j, NULL, false);
+        if (r)
+                return r;
+        if (c->json)
+                r = print_json(j);
+        else {
+                char b1[64], b2[64], hb[64];
+                json_int_t freed = 0;
+                jint(j, "bytes_freed", &freed);
+                printf("freed %s of %s objects (%s)\n", jscalar(json_object_get(j, "objects_freed"), b1, sizeof b1),
+                       jscalar(json_object_get(j, "objects_before"), b2, sizeof b2),
+                       human_bytes((uint64_t)NTFS_MAX(freed, 0), hb, sizeof hb));
+        }
+        json_decref(j);
+        return r;
+}
+
+static int cmd_fsck(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        (void)cmd, (void)a;
+        json_t *j = NULL;
+        long status = 0;
+        int r = call_full(c, "POST", "/v1/fsck", NULL, 0, &j, &status, true);
+        if (r && !j)
+                return r; /* transport failure, already reported */
+        bool ok = r == 0 && jtrue(j, "ok");
+        if (c->json)
+                print_json(j);
+        else {
+                char b1[64], b2[64];
+                printf("%s: %s objects, %s commits checked\n", ok ? "ok" : "CORRUPT",
+                       jscalar(json_object_get(j, "objects_checked"), b1, sizeof b1),
+                       jscalar(json_object_get(j, "commits"), b2, sizeof b2));
+                size_t i;
+                json_t *p;
+                json_array_foreach(json_object_get(j, "problems"), i, p) {
+                        char pb[1024];
+                        const char *s = json_is_string(p) ? json_string_value(p) : NULL;
+                        if (!s) {
+                                char *d = json_dumps(p, JSON_COMPACT | JSON_ENCODE_ANY);
+                                snprintf(pb, sizeof pb, "%s", d ? d : "?");
+                                free(d);
+                                s = pb;
+                        }
+                        _cleanup_free_ char *sp = sanitize_dup(s, 1000);
+                        printf("  %s\n", sp ? sp : "?");
+                }
+        }
+        if (!ok) {
+                const char *code = "corrupt_object", *msg = NULL;
+                json_t *e = json_object_get(j, "error");
+                if (json_is_object(e)) {
+                        code = jstr(e, "code", code);
+                        msg = jstr(e, "message", NULL);
+                }
+                fprintf(stderr, "ntfs-ctl: %s (%s)\n", msg ? msg : "the store has problems", code);
+        }
+        json_decref(j);
+        return ok ? 0 : EXIT_FAIL;
+}
+
+static int cmd_api(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        const char *method = a->pos[0], *path = a->pos[1];
+        static const char *methods[] = { "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD" };
+        bool known = false;
+        for (size_t i = 0; i < ARRAY_SIZE(methods); i++)
+                known |= strcmp(methods[i], method) == 0;
+        if (!known)
+                return usage_error(cmd, "unknown method '%s'", method);
+        if (path[0] != '/')
+                return usage_error(cmd, "the path must start with '/'");
+        for (const char *p = path; *p; p++)
+                if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+                        return usage_error(cmd, "the path must be percent-encoded (no spaces or control characters)");
+        json_t *body = NULL;
+        if (a->npos > 2) {
+                json_error_t err;
+                body = json_loads(a->pos[2], JSON_REJECT_DUPLICATES, &err);
+                if (!body)
+                        return usage_error(cmd, "BODY is not JSON: %s", err.text);
+        }
+        json_t *j = NULL;
+        int r = call_full(c, method, path, body, 0, &j, NULL, false);
+        json_decref(body);
+        if (r)
+                return r;
+        r = print_json(j);
+        json_decref(j);
+        return r;
+}
+
+/* ---- the command table and help ---------------------------------------------- */
+
+static const struct flagspec no_flags[] = { { NULL, 0, false } };
+static const struct flagspec from_flags[] = { { "from", 0, true }, { NULL, 0, false } };
+static const struct flagspec mount_flags[] = { { "ro", 0, false },
+                                               { "at", 0, true },
+                                               { "autocheckpoint", 0, true },
+                                               { "autocheckpoint-max", 0, true },
+                                               { NULL, 0, false } };
+static const struct flagspec checkpoint_flags[] = { { "message", 'm', true }, { NULL, 0, false } };
+static const struct flagspec at_flags[] = { { "at", 0, true }, { NULL, 0, false } };
+static const struct flagspec tag_flags[] = { { "at", 0, true }, { "scope", 0, true }, { NULL, 0, false } };
+static const struct flagspec rollback_flags[] = { { "to", 0, true }, { "steps", 0, true }, { NULL, 0, false } };
+static const struct flagspec log_flags[] = { { "max-count", 'n', true }, { NULL, 0, false } };
+static const struct flagspec exec_flags[] = {
+        { "tool", 0, true }, { "timeout", 0, true }, { "idempotency-key", 0, true }, { NULL, 0, false }
+};
+static const struct flagspec effects_flags[] = { { "limit", 'n', true }, { NULL, 0, false } };
+static const struct flagspec quota_flags[] = { { "bytes", 0, true }, { "inodes", 0, true }, { NULL, 0, false } };
+
+static const struct cmd commands[] = {
+        { "status", "", "show the daemon, the store and its mounts",
+          "Shows ntfsd's version and pid, the store directory, the number of sessions,\n"
+          "tags and objects, the bytes used, the jail's cgroup controls and every mount.\n"
+          "\nExample:\n  ntfs-ctl status\n",
+          no_flags, 0, 0, false, cmd_status },
+        { "session new", "NAME [--from SESSION|COMMIT|TAG]", "create a session",
+          "Creates the session NAME: empty, or starting from the head of another session,\n"
+          "a commit (full id or unique prefix) or a tag. Prints its head.\n"
+          "\nOptions:\n  --from REF   start from this session, commit or tag\n"
+          "\nExamples:\n  ntfs-ctl session new main\n  ntfs-ctl session new try2 --from v1\n",
+          from_flags, 1, 1, false, cmd_session_new },
+        { "session ls", "", "list sessions",
+          "Lists every session: name, head (short id), whether the working state has\n"
+          "changed since the head, bytes and inodes used, creation time and mounts.\n"
+          "\nExample:\n  ntfs-ctl session ls\n",
+          no_flags, 0, 0, false, cmd_session_ls },
+        { "session show", "NAME", "show one session",
+          "Shows the session's head (full id), its rollback floor, dirty state, usage,\n"
+          "quota, creation time and mounts.\n"
+          "\nExample:\n  ntfs-ctl session show main\n",
+          no_flags, 1, 1, false, cmd_session_show },
+        { "session end", "NAME", "end a session",
+          "Ends the session NAME: its mounts are unmounted first. Its commits stay\n"
+          "reachable through tags.\n"
+          "\nExample:\n  ntfs-ctl session end try2\n",
+          no_flags, 1, 1, false, cmd_session_end },
+        { "mount", "NAME MOUNTPOINT [--ro] [--at COMMIT|TAG] [--autocheckpoint IDLE_SECONDS]",
+          "mount a session (or a past commit) on a directory",
+          "Mounts the working state of session NAME on the existing directory MOUNTPOINT\n"
+          "(made absolute before it is sent). With --at, mounts that commit or tag\n"
+          "read-only instead.\n"
+          "\nOptions:\n"
+          "  --ro                        mount read-only (writes fail with EROFS)\n"
+          "  --at REF                    mount this commit or tag (implies read-only)\n"
+          "  --autocheckpoint SECONDS    checkpoint after the mount has been idle this long\n"
+          "                              following writes (0 or absent: off)\n"
+          "  --autocheckpoint-max SECONDS  also checkpoint at most every SECONDS while\n"
+          "                              writes go on\n"
+          "\nExamples:\n  ntfs-ctl mount main /tmp/ws --autocheckpoint 1\n"
+          "  ntfs-ctl mount main /tmp/v1 --at v1\n",
+          mount_flags, 2, 2, false, cmd_mount },
+        { "mounts", "", "list mounts",
+          "Lists every mount: mountpoint, session, ro/rw, the commit it shows when\n"
+          "mounted --at, and its auto-checkpoint idle time.\n"
+          "\nExample:\n  ntfs-ctl mounts\n",
+          no_flags, 0, 0, false, cmd_mounts },
+        { "umount", "MOUNTPOINT", "unmount",
+          "Unmounts MOUNTPOINT (made absolute; the mountpoint itself is not touched, so a\n"
+          "stuck mount can still be named). Unsaved writes stay in the session's working\n"
+          "state.\n"
+          "\nExample:\n  ntfs-ctl umount /tmp/ws\n",
+          no_flags, 1, 1, false, cmd_umount },
+        { "checkpoint", "NAME [-m MESSAGE]", "record the working state as a commit",
+          "Commits the working state of NAME and prints the new commit's short id (the\n"
+          "head's when nothing changed). Returns once the commit is durable.\n"
+          "\nOptions:\n  -m, --message MESSAGE   the commit message\n"
+          "\nExample:\n  ntfs-ctl checkpoint main -m 'tests pass'\n",
+          checkpoint_flags, 1, 1, false, cmd_checkpoint },
+        { "fork", "NAME NEWNAME [--at COMMIT|TAG]", "start a new session from another",
+          "Creates session NEWNAME from the head of NAME (or from a commit or tag of it\n"
+          "with --at). Constant time whatever the workspace size.\n"
+          "\nOptions:\n  --at REF   fork from this commit or tag instead of the head\n"
+          "\nExamples:\n  ntfs-ctl fork main experiment\n  ntfs-ctl fork main retry --at 3f2a1c\n",
+          at_flags, 2, 2, false, cmd_fork },
+        { "tag", "NAME TAGNAME [--at COMMIT] [--scope session|store]", "name a commit",
+          "Tags the head of NAME (or the commit given with --at) as TAGNAME. Tags never\n"
+          "move; an existing name fails with tag_exists. A session tag belongs to the\n"
+          "session; a store tag outlives it.\n"
+          "\nOptions:\n  --at REF                 tag this commit instead of the head\n"
+          "  --scope session|store    default: session\n"
+          "\nExample:\n  ntfs-ctl tag main v1 --scope store\n",
+          tag_flags, 2, 2, false, cmd_tag },
+        { "tags", "[NAME]", "list tags",
+          "Lists every tag, or with NAME the tags of that session plus the store tags.\n"
+          "\nExamples:\n  ntfs-ctl tags\n  ntfs-ctl tags main\n",
+          no_flags, 0, 1, false, cmd_tags },
+        { "rollback", "NAME (--to COMMIT|TAG | --steps N)", "move a session back",
+          "Moves NAME's head back to a commit or tag, or N checkpoints back, and resets\n"
+          "its working state to it; live mounts show the restored state at once. Not\n"
+          "below the session's first checkpoint (rollback_floor). With a dirty working\n"
+          "state, --steps 1 returns to the head (drops the unsaved changes).\n"
+          "\nOptions:\n  --to REF     the commit or tag to return to\n"
+          "  --steps N    how many checkpoints back (N >= 1)\n"
+          "\nExamples:\n  ntfs-ctl rollback main --steps 1\n  ntfs-ctl rollback main --to v1\n",
+          rollback_flags, 1, 1, false, cmd_rollback },
+        { "log", "NAME [-n N]", "show a session's history",
+          "Shows NAME's commits newest first, one per line, like git log --oneline:\n"
+          "short id, tags in parentheses, first line of the message (or the effect id).\n"
+          "\nOptions:\n  -n, --max-count N   at most N commits\n"
+          "\nExample:\n  ntfs-ctl log main -n 10\n",
+          log_flags, 1, 1, false, cmd_log },
+        { "diff", "NAME FROM [TO]", "list changed paths",
+          "Lists the paths that differ between FROM and TO (commits or tags; TO defaults\n"
+          "to NAME's working state), sorted, like git diff --name-status: a letter, a\n"
+          "tab, the path. A added, D deleted, M content modified, T type changed, P only\n"
+          "the mode (or owner/xattrs) changed, followed by a tab and OLD -> NEW mode.\n"
+          "Paths with control characters, quotes or backslashes are C-quoted.\n"
+          "\nExamples:\n  ntfs-ctl diff main v1\n  ntfs-ctl diff main 3f2a1c 9b0e44\n",
+          no_flags, 2, 3, false, cmd_diff },
+        { "exec", "NAME [--tool T] [--timeout S] [--idempotency-key K] -- CMD...", "run a command in the jail",
+          "Runs CMD in the jail of session NAME (its workspace at /workspace), prints its\n"
+          "stdout and stderr as they were and exits with its exit code (124 if it timed\n"
+          "out without one). One word after -- is a shell command line as is; several\n"
+          "words are quoted one by one and joined. The effect is journaled.\n"
+          "\nOptions:\n  --tool T               bash_read, bash_write (default), bash_build, bash_run\n"
+          "  --timeout S            wall-clock limit in seconds\n"
+          "  --idempotency-key K    the same key never runs twice (replayed)\n"
+          "\nExamples:\n  ntfs-ctl exec main -- make test\n  ntfs-ctl exec main --tool bash_read -- 'ls | wc -l'\n",
+          exec_flags, 1, 1, true, cmd_exec },
+        { "effects", "NAME [-n N]", "show a session's effect journal",
+          "Lists the journaled effects of NAME: id, step, tool, effect class, status,\n"
+          "the commit after it, and its input.\n"
+          "\nOptions:\n  -n, --limit N   at most N rows\n"
+          "\nExample:\n  ntfs-ctl effects main -n 20\n",
+          effects_flags, 1, 1, false, cmd_effects },
+        { "quota", "NAME --bytes B --inodes N", "set a session's quota",
+          "Sets the session's limits; writes beyond them fail with EDQUOT. B takes a\n"
+          "K, M, G or T suffix (powers of 1024). 0 means unlimited.\n"
+          "\nOptions:\n  --bytes B    bytes of file data\n  --inodes N   number of files, directories and links\n"
+          "\nExample:\n  ntfs-ctl quota main --bytes 1G --inodes 100000\n",
+          quota_flags, 1, 1, false, cmd_quota },
+        { "gc", "", "free unreachable objects",
+          "Frees the objects no session, tag, working state or journal entry reaches and\n"
+          "prints how many objects and bytes were freed.\n"
+          "\nExample:\n  ntfs-ctl gc\n",
+          no_flags, 0, 0, false, cmd_gc },
+        { "fsck", "", "verify the store",
+          "Checks every object's hash and every commit's reachability. Prints ok, or\n"
+          "CORRUPT with the problems found (exit 1, code corrupt_object).\n"
+          "\nExample:\n  ntfs-ctl fsck\n",
+          no_flags, 0, 0, false, cmd_fsck },
+        { "api", "METHOD PATH [BODY]", "send a raw request",
+          "Sends one request to the control socket and prints the JSON answer; PATH is\n"
+          "percent-encoded and may carry a query; BODY is JSON. For the endpoints that\n"
+          "have no command of their own (docs/protocol.md lists them all).\n"
+          "\nExamples:\n  ntfs-ctl api GET /health\n"
+          "  ntfs-ctl api POST /session/start '{}'\n",
+          no_flags, 2, 3, false, cmd_api },
+};
+
+static const char global_help[] =
+        "usage: ntfs-ctl [--socket PATH] [--json] COMMAND [ARGS...]\n"
+        "\n"
+        "Drives ntfsd, the ntfs daemon, through its control socket.\n"
+        "\n"
+        "Global options (also accepted after the command):\n"
+        "  --socket PATH   the control socket; default $NTFS_SOCKET, else\n"
+        "                  $NTFS_STORE/ntfsd.sock, else ./.store/ntfsd.sock\n"
+        "  --json          print the server's JSON answer (pretty) instead of text;\n"
+        "                  on failure the error object {\"error\":{code,message}}\n"
+        "  -h, --help      this help; 'ntfs-ctl help COMMAND' or 'COMMAND --help'\n"
+        "                  for one command\n"
+        "  --version       print the version\n"
+        "\n"
+        "Commands:\n";
+
+static const char global_help_tail[] =
+        "\n"
+        "Exit status: 0 success; 1 the operation failed (the error is printed as\n"
+        "'ntfs-ctl: MESSAGE (CODE)' on stderr, CODE being the server's stable code, or\n"
+        "unreachable / timeout when ntfsd could not be reached); 2 usage error. exec\n"
+        "exits with the command's own exit code.\n"
+        "\n"
+        "Examples:\n"
+        "  ntfs-ctl session new main\n"
+        "  ntfs-ctl mount main /tmp/ws --autocheckpoint 2\n"
+        "  ntfs-ctl checkpoint main -m 'first version'\n"
+        "  ntfs-ctl log main\n"
+        "  ntfs-ctl --json session ls\n"
+        "\nSee docs/cli.md and docs/protocol.md.\n";
+
+static void print_global_help(FILE *f) {
+        fputs(global_help, f);
+        for (size_t i = 0; i < ARRAY_SIZE(commands); i++) {
+                char left[128];
+                snprintf(left, sizeof left, "%s", commands[i].name);
+                fprintf(f, "  %-14s %s\n", left, commands[i].summary);
+        }
+        fputs(global_help_tail, f);
+}
+
+static void print_cmd_help(FILE *f, const struct cmd *cmd) {
+        print_usage_line(f, cmd);
+        fprintf(f, "\n%s\n%s", cmd->summary, cmd->help);
+        fputs("\nGlobal options: --socket PATH, --json (see 'ntfs-ctl --help').\n", f);
+}
+
+static void print_group_help(FILE *f, const char *group) {
+        fprintf(f, "usage: ntfs-ctl [--socket PATH] [--json] %s SUBCOMMAND ...\n\nSubcommands:\n", group);
+        size_t gl = strlen(group);
+        for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
+                if (strncmp(commands[i].name, group, gl) == 0 && commands[i].name[gl] == ' ')
+                        fprintf(f, "  %s %s\n      %s\n", commands[i].name, commands[i].synopsis,
+                                commands[i].summary);
+        fprintf(f, "\nTry 'ntfs-ctl %s SUBCOMMAND --help' for one of them.\n", group);
+}
+
+static bool is_group(const char *w) {
+        size_t n = strlen(w);
+        for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
+                if (strncmp(commands[i].name, w, n) == 0 && commands[i].name[n] == ' ')
+                        return true;
+        return false;
+}
+
+/* Finds the command named by argv[0] (and argv[1] for a group). *used gets
+ * how many words the name took. NULL when unknown. */
+static const struct cmd *lookup(int argc, char **argv, int *used) {
+        if (argc < 1)
+                return NULL;
+        for (size_t i = 0; i < ARRAY_SIZE(commands); i++) {
+                const char *n = commands[i].name;
+                const char *sp = strchr(n, ' ');
+                if (!sp && strcmp(n, argv[0]) == 0) {
+                        *used = 1;
+                        return &commands[i];
+                }
+                if (sp && argc >= 2 && strlen(argv[0]) == (size_t)(sp - n) &&
+                    strncmp(n, argv[0], (size_t)(sp - n)) == 0 && strcmp(sp + 1, argv[1]) == 0) {
+                        *used = 2;
+                        return &commands[i];
+                }
+        }
+        return NULL;
+}
+
+/* ---- argument parsing ------------------------------------------------------------ */
+
+enum parse_result { PARSE_OK, PARSE_HELP, PARSE_USAGE };
+
+/* Global flags are accepted anywhere before "--". */
+static int take_global(struct ctx *c, int argc, char **argv, int *i, bool *handled) {
+        const char *w = argv[*i];
+        *handled = true;
+        if (strcmp(w, "--json") == 0) {
+                c->json = true;
+                return 0;
+        }
+        if (strcmp(w, "--socket") == 0) {
+                if (*i + 1 >= argc)
+                        return -EINVAL;
+                c->socket = argv[++*i];
+                return 0;
+        }
+        if (strncmp(w, "--socket=", 9) == 0) {
+                c->socket = w + 9;
+                return 0;
+        }
+        *handled = false;
+        return 0;
+}
+
+static enum parse_result parse_args(struct ctx *c, const struct cmd *cmd, int argc, char **argv, struct args *a) {
+        for (int i = 0; i < argc; i++) {
+                const char *w = argv[i];
+                if (strlen(w) > MAX_ARG_BYTES && !(cmd->wants_rest && a->dashdash)) {
+                        usage_error(cmd, "an argument is longer than %u bytes", MAX_ARG_BYTES);
+                        return PARSE_USAGE;
+                }
+                if (strcmp(w, "--") == 0) {
+                        a->dashdash = true;
+                        if (cmd->wants_rest) {
+                                a->rest = argv + i + 1;
+                                a->nrest = argc - i - 1;
+                                break;
+                        }
+                        for (i++; i < argc; i++) {
+                                if (a->npos >= MAX_POS) {
+                                        usage_error(cmd, "too many arguments");
+                                        return PARSE_USAGE;
+                                }
+                                a->pos[a->npos++] = argv[i];
+                        }
+                        break;
+                }
+                if (strcmp(w, "--help") == 0 || strcmp(w, "-h") == 0)
+                        return PARSE_HELP;
+                bool handled;
+                if (take_global(c, argc, argv, &i, &handled) < 0) {
+                        usage_error(cmd, "--socket needs a value");
+                        return PARSE_USAGE;
+                }
+                if (handled)
+                        continue;
+                if (w[0] == '-' && w[1] != 0) {
+                        int fi = -1;
+                        const char *val = NULL;
+                        if (w[1] == '-') {
+                                const char *eq = strchr(w + 2, '=');
+                                size_t n = eq ? (size_t)(eq - w - 2) : strlen(w + 2);
+                                for (int k = 0; cmd->flags[k].lng; k++)
+                                        if (strlen(cmd->flags[k].lng) == n && strncmp(cmd->flags[k].lng, w + 2, n) == 0)
+                                                fi = k;
+                                if (fi >= 0 && eq) {
+                                        if (!cmd->flags[fi].arg) {
+                                                usage_error(cmd, "--%s takes no value", cmd->flags[fi].lng);
+                                                return PARSE_USAGE;
+                                        }
+                                        val = eq + 1;
+                                }
+                        } else {
+                                for (int k = 0; cmd->flags[k].lng; k++)
+                                        if (cmd->flags[k].shrt && cmd->flags[k].shrt == w[1])
+                                                fi = k;
+                                if (fi >= 0 && w[2] != 0) {
+                                        if (!cmd->flags[fi].arg) {
+                                                usage_error(cmd, "-%c takes no value", w[1]);
+                                                return PARSE_USAGE;
+                                        }
+                                        val = w + 2; /* -mMESSAGE, -n5 */
+                                }
+                        }
+                        if (fi < 0) {
+                                usage_error(cmd, "unknown option '%s'", w);
+                                return PARSE_USAGE;
+                        }
+                        if (a->set[fi]) {
+                                usage_error(cmd, "--%s given twice", cmd->flags[fi].lng);
+                                return PARSE_USAGE;
+                        }
+                        if (cmd->flags[fi].arg && !val) {
+                                if (i + 1 >= argc) {
+                                        usage_error(cmd, "--%s needs a value", cmd->flags[fi].lng);
+                                        return PARSE_USAGE;
+                                }
+                                val = argv[++i];
+                                if (strlen(val) > MAX_ARG_BYTES) {
+                                        usage_error(cmd, "an argument is longer than %u bytes", MAX_ARG_BYTES);
+                                        return PARSE_USAGE;
+                                }
+                        }
+                        a->set[fi] = true;
+                        a->val[fi] = val ? val : "";
+                        continue;
+                }
+                if (a->npos >= MAX_POS || a->npos >= cmd->max_pos) {
+                        usage_error(cmd, "unexpected argument '%s'", w);
+                        return PARSE_USAGE;
+                }
+                a->pos[a->npos++] = w;
+        }
+        if (a->npos < cmd->min_pos) {
+                usage_error(cmd, "missing argument");
+                return PARSE_USAGE;
+        }
+        if (a->npos > cmd->max_pos) {
+                usage_error(cmd, "too many arguments");
+                return PARSE_USAGE;
+        }
+        return PARSE_OK;
+}
+
+static const char *default_socket(char *buf, size_t len) {
+        const char *s = getenv("NTFS_SOCKET");
+        if (s && *s)
+                return s;
+        const char *store = getenv("NTFS_STORE");
+        if (store && *store) {
+                int n = snprintf(buf, len, "%s/ntfsd.sock", store);
+                if (n > 0 && (size_t)n < len)
+                        return buf;
+        }
+        return "./.store/ntfsd.sock";
+}
+
+static int run(int argc, char **argv) {
+        struct ctx c = { 0 };
+        char sockbuf[PATH_MAX];
+        int i = 1;
+        /* Global options before the command. */
+        for (; i < argc; i++) {
+                const char *w = argv[i];
+                if (strcmp(w, "--help") == 0 || strcmp(w, "-h") == 0) {
+                        print_global_help(stdout);
+                        return 0;
+                }
+                if (strcmp(w, "--version") == 0) {
+                        printf("ntfs-ctl %s\n", CTL_VERSION);
+                        return 0;
+                }
+                bool handled;
+                if (take_global(&c, argc, argv, &i, &handled) < 0)
+                        return usage_error(NULL, "--socket needs a value");
+                if (!handled)
+                        break;
+        }
+        if (i >= argc) {
+                print_global_help(stderr);
+                return EXIT_USAGE;
+        }
+        if (argv[i][0] == '-')
+                return usage_error(NULL, "unknown option '%s'", argv[i]);
+        if (strcmp(argv[i], "help") == 0) {
+                if (i + 1 >= argc) {
+                        print_global_help(stdout);
+                        return 0;
+                }
+                int used;
+                const struct cmd *cmd = lookup(argc - i - 1, argv + i + 1, &used);
+                if (cmd) {
+                        print_cmd_help(stdout, cmd);
+                        return 0;
+                }
+                if (is_group(argv[i + 1])) {
+                        print_group_help(stdout, argv[i + 1]);
+                        return 0;
+                }
+                return usage_error(NULL, "unknown command '%s'", argv[i + 1]);
+        }
+        int used = 0;
+        const struct cmd *cmd = lookup(argc - i, argv + i, &used);
+        if (!cmd) {
+                if (is_group(argv[i])) {
+                        bool help = i + 1 < argc && (strcmp(argv[i + 1], "--help") == 0 || strcmp(argv[i + 1], "-h") == 0);
+                        if (!help) {
+                                if (i + 1 < argc)
+                                        fprintf(stderr, "ntfs-ctl: unknown subcommand '%s %s'\n", argv[i], argv[i + 1]);
+                                else
+                                        fprintf(stderr, "ntfs-ctl: '%s' needs a subcommand\n", argv[i]);
+                        }
+                        print_group_help(help ? stdout : stderr, argv[i]);
+                        return help ? 0 : EXIT_USAGE;
+                }
+                return usage_error(NULL, "unknown command '%s'", argv[i]);
+        }
+        struct args a = { 0 };
+        switch (parse_args(&c, cmd, argc - i - used, argv + i + used, &a)) {
+        case PARSE_HELP:
+                print_cmd_help(stdout, cmd);
+                return 0;
+        case PARSE_USAGE:
+                return EXIT_USAGE;
+        case PARSE_OK:
+                break;
+        }
+        if (!c.socket)
+                c.socket = default_socket(sockbuf, sizeof sockbuf);
+        int r = cmd->run(&c, cmd, &a);
+        ntfs_client_free(c.client);
+        return r;
+}
+
+int main(int argc, char **argv) {
+        int r = run(argc, argv);
+        if (fflush(stdout) != 0 || ferror(stdout)) {
+                if (r == 0) {
+                        fprintf(stderr, "ntfs-ctl: cannot write the output: %s (io_error)\n", strerror(errno));
+                        r = EXIT_FAIL;
+                }
+        }
+        return r;
+}
