@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -711,7 +712,7 @@ int resolve_locked(ntfs_store *st, const char *ref, ntfs_hash *ret, char *ambig,
         size_t n = strlen(ref);
         /* tag */
         if (db_get(st, st->tags, ref, n, &v) == 0 && v.mv_size == sizeof(struct tag_rec)) {
-                memcpy(ret->b, ((const struct tag_rec *)v.mv_data)->commit.b, NTFS_HASH_LEN);
+                memcpy(ret->b, (const uint8_t *)v.mv_data + offsetof(struct tag_rec, commit), NTFS_HASH_LEN);
                 return 0;
         }
         /* session, session~N */
@@ -857,7 +858,10 @@ int ntfs_reflog(ntfs_store *st, const char *name, int (*cb)(const struct ntfs_re
                                 }
                                 list = nl;
                         }
-                        const struct reflog_rec *rr = v.mv_data;
+                        /* LMDB values are not aligned: copy before use */
+                        struct reflog_rec rrc;
+                        memcpy(&rrc, v.mv_data, sizeof rrc);
+                        const struct reflog_rec *rr = &rrc;
                         struct ntfs_reflog_entry *e = &list[n++];
                         e->seq = ntfs_get_be64((const uint8_t *)k.mv_data + pl);
                         e->old_head = rr->old_head;
@@ -1031,7 +1035,10 @@ int ntfs_session_end(ntfs_store *st, const char *name) {
                 MDB_val k, v;
                 for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
                      rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-                        const struct tag_rec *t = v.mv_data;
+                        struct tag_rec tc;
+                        if (v.mv_size == sizeof tc)
+                                memcpy(&tc, v.mv_data, sizeof tc);
+                        const struct tag_rec *t = &tc;
                         if (v.mv_size == sizeof *t && t->scope == NTFS_TAG_SESSION &&
                             strcmp(t->session, name) == 0 && k.mv_size <= NTFS_NAME_MAX) {
                                 memcpy(victim, k.mv_data, k.mv_size);
@@ -1123,8 +1130,11 @@ int ntfs_tag_get(ntfs_store *st, const char *tag, struct ntfs_tag_info *ret) {
                 r = -NTFS_ENOREF;
         else if (r == 0 && v.mv_size != sizeof(struct tag_rec))
                 r = -NTFS_ECORRUPT;
-        if (r == 0)
-                tag_info_from(tag, strlen(tag), v.mv_data, ret);
+        if (r == 0) {
+                struct tag_rec tc;
+                memcpy(&tc, v.mv_data, sizeof tc);
+                tag_info_from(tag, strlen(tag), &tc, ret);
+        }
         store_leave(st);
         return r;
 }
@@ -1159,7 +1169,10 @@ int ntfs_tag_list(ntfs_store *st, const char *session, int (*cb)(const struct nt
                 MDB_val k, v;
                 for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
                      rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-                        const struct tag_rec *t = v.mv_data;
+                        struct tag_rec tc;
+                        if (v.mv_size == sizeof tc)
+                                memcpy(&tc, v.mv_data, sizeof tc);
+                        const struct tag_rec *t = &tc;
                         if (v.mv_size != sizeof *t || k.mv_size > NTFS_NAME_MAX)
                                 continue;
                         if (session && t->scope == NTFS_TAG_SESSION && strcmp(t->session, session) != 0)
