@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: MIT
+ * daemon.h — private to ntfsd: the daemon's state and the helpers its route
+ * modules share. Each ctl/routes-*.c file registers its routes with one
+ * routes_*_register() call; optional modules are weak symbols, linked in
+ * when their file exists (ctl/meson.build).
+ */
+#ifndef NTFS_CTL_DAEMON_H
+#define NTFS_CTL_DAEMON_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ctl/http.h"
+#include "ctl/router.h"
+#include "exec/jail.h"
+#include "fs/mount.h"
+#include "fs/store.h"
+#include "journal/journal.h"
+#include "policy/gateway.h"
+#include "policy/policy.h"
+
+#define NTFSD_VERSION "0.1.0"
+
+struct dmount {
+        char *mountpoint;
+        char *session; /* NULL for a read-only view */
+        char *at;      /* the ref of a view */
+        bool ro, internal;
+        ntfs_ws *ws;
+        ntfs_mount *m;
+        double auto_idle, auto_max;
+        uint64_t last_changes;
+        int64_t last_change_ns, last_ckpt_ns;
+        bool pending_changes;
+        struct dmount *next;
+};
+
+struct shell_state {
+        char *session;
+        char *state;
+        struct shell_state *next;
+};
+
+struct daemon {
+        ntfs_store *st;
+        ntfs_journal *j;
+        ntfs_policy *pol;
+        ntfs_gateway *gw;
+        char *store_dir, *socket_path, *jail_bin;
+        pthread_mutex_t lock; /* mounts, shell states */
+        struct dmount *mounts;
+        struct shell_state *shells;
+        pthread_t auto_thread;
+        bool stopping;
+        ntfs_router *router;
+        ntfs_http_server *srv;
+        struct ntfs_jail_caps caps;
+};
+
+/* The one daemon of this process (ntfsd.c). */
+extern struct daemon D;
+
+
+/* ---- helpers (ntfsd.c) ---- */
+/* {key: full hex, "short": unique prefix} */
+json_t *d_commit_json(const ntfs_hash *h, const char *key);
+/* Answers err as "what: message"; returns err. */
+int d_fail(ntfs_http_response *resp, int err, const char *what);
+const char *d_param(const ntfs_http_request *req, const char *name);
+/* Sends body (stolen); NULL body answers out_of_memory. */
+int d_reply(ntfs_http_response *resp, int status, json_t *body);
+const char *d_jstr(const json_t *o, const char *k);
+/* Unknown fields and wrong types answer 400; return 0 or the error. */
+int d_check_keys(const ntfs_http_request *req, ntfs_http_response *resp, const char *const *allowed);
+int d_want_string(const ntfs_http_request *req, ntfs_http_response *resp, const char *key, bool required,
+                  const char **ret);
+int d_session_info_json(const struct ntfs_session_info *si, json_t **ret);
+json_t *d_mounts_json(void);
+
+/* mounts */
+void d_mount_free(struct dmount *m);
+int d_mount_stop(struct dmount *m);
+int d_mount_add(const char *session, const char *at, const char *mp, bool ro, bool internal, double idle,
+                double maxi, struct dmount **ret);
+struct dmount *d_mount_take(const char *mp);
+void d_unmount_session(const char *session);
+/* A read-write mount of session for the jail (made under the store if none). */
+int d_session_mountpoint(const char *session, char **ret);
+void d_flush_session_mounts(const char *session);
+int d_checkpoint(const char *name, const char *msg, const char *effect, ntfs_hash *h, bool *changed);
+
+/* routes-exec.c: one journaled, policed, jailed tool call */
+const char *d_class_name(enum ntfs_effect_class c);
+int d_run_tool(const char *session, const char *tool, const char *command, const char *key, double timeout_s,
+               json_t **ret, char *why, size_t whylen);
+void d_conn_free(void *ud, void *data);
+/* fetch_url through the gateway, journaled as irreversible (ctl/routes-fetch.c);
+ * d_run_tool calls it for tools of kind FETCH, with the URL as `command`. */
+int d_run_fetch(const char *session, const char *url, const char *key, json_t **ret, char *why, size_t whylen)
+        __attribute__((weak));
+
+/* ---- route modules ---- */
+int routes_store_register(ntfs_router *r);
+int routes_exec_register(ntfs_router *r);
+int routes_seed_register(ntfs_router *r);
+/* optional modules: defined when their ctl/routes-NAME.c exists */
+int routes_fetch_register(ntfs_router *r) __attribute__((weak));
+int routes_agent_register(ntfs_router *r) __attribute__((weak));
+int routes_replay_register(ntfs_router *r) __attribute__((weak));
+int routes_trunk_register(ntfs_router *r) __attribute__((weak));
+int routes_archive_register(ntfs_router *r) __attribute__((weak));
+int routes_remote_register(ntfs_router *r) __attribute__((weak));
+int routes_persession_register(ntfs_router *r) __attribute__((weak));
+/* Startup reconciliation of the journal with the store (ctl/recovery.c),
+ * run before the socket opens; and shutdown hooks of optional modules. */
+int d_recovery_run(void) __attribute__((weak));
+int d_extra_start(void) __attribute__((weak));
+void d_extra_stop(void) __attribute__((weak));
+
+#endif

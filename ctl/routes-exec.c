@@ -1,0 +1,228 @@
+/* SPDX-License-Identifier: MIT
+ * routes-exec.c — jailed tool calls: policy, journal (write-ahead, by
+ * idempotency key), the jail, and the checkpoint after a state change.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "ctl/daemon.h"
+#include "ctl/jsonutil.h"
+#include "common/banned.h"
+
+/* ---- exec (jailed tools) ------------------------------------------------------------ */
+
+static char *shell_state_get(const char *session) {
+        char *s = NULL;
+        pthread_mutex_lock(&D.lock);
+        for (struct shell_state *p = D.shells; p; p = p->next)
+                if (strcmp(p->session, session) == 0 && p->state)
+                        s = strdup(p->state);
+        pthread_mutex_unlock(&D.lock);
+        return s;
+}
+
+static void shell_state_set(const char *session, const char *state) {
+        if (!state)
+                return;
+        pthread_mutex_lock(&D.lock);
+        struct shell_state *p;
+        for (p = D.shells; p; p = p->next)
+                if (strcmp(p->session, session) == 0)
+                        break;
+        if (!p && (p = calloc(1, sizeof *p))) {
+                p->session = strdup(session);
+                p->next = D.shells;
+                D.shells = p;
+        }
+        if (p) {
+                free(p->state);
+                p->state = strdup(state);
+        }
+        pthread_mutex_unlock(&D.lock);
+}
+
+const char *d_class_name(enum ntfs_effect_class c) {
+        switch (c) {
+        case NTFS_CLASS_NO_SIDE_EFFECTS:
+                return "no_side_effects";
+        case NTFS_CLASS_REPLAYABLE_FAST:
+                return "replayable_fast";
+        case NTFS_CLASS_REPLAYABLE_EXPENSIVE:
+                return "replayable_expensive";
+        case NTFS_CLASS_IRREVERSIBLE:
+                return "irreversible";
+        default:
+                return "recorded";
+        }
+}
+
+/* Runs one jailed tool call, journaled; *ret is the result object. */
+int d_run_tool(const char *session, const char *tool, const char *command, const char *key, double timeout_s,
+                    json_t **ret, char *why, size_t whylen) {
+        const struct ntfs_tool_spec *spec = ntfs_policy_tool(D.pol, tool);
+        if (spec && spec->kind == NTFS_TOOL_KIND_FETCH && d_run_fetch)
+                return d_run_fetch(session, command, key, ret, why, whylen);
+        if (!spec || spec->kind != NTFS_TOOL_KIND_EXEC) {
+                snprintf(why, whylen, "unknown or non-shell tool '%s'", tool);
+                return -NTFS_ENOTFOUND;
+        }
+        struct ntfs_quota_usage usage = { 0 };
+        int r = ntfs_policy_check_call(D.pol, NULL, tool, &usage, why, whylen);
+        if (r < 0)
+                return r;
+        struct ntfs_session_info si;
+        if ((r = ntfs_session_get(D.st, session, &si)) < 0) {
+                snprintf(why, whylen, "session '%s': %s", session, ntfs_strerror(r));
+                return r;
+        }
+        char before[NTFS_HEX_LEN + 1];
+        ntfs_hash_hex(&si.head, before);
+        json_t *input = json_pack("{s:s}", "command", command);
+        _cleanup_free_ char *input_s = json_dumps(input, JSON_COMPACT | JSON_SORT_KEYS);
+        json_decref(input);
+        struct ntfs_effect *list = NULL;
+        size_t nprev = 0;
+        if (ntfs_journal_effect_list(D.j, session, 0, 0, 0, &list, &nprev) == 0)
+                ntfs_effects_free(list, nprev);
+        struct ntfs_effect_intent in = { .session = session, .step = nprev + 1, .tool = tool,
+                                         .effect_class = d_class_name(spec->cls), .input_json = input_s,
+                                         .idempotency_key = key, .commit_before = before };
+        struct ntfs_effect eff = { 0 };
+        bool existing = false;
+        r = ntfs_journal_effect_begin(D.j, &in, &eff, &existing);
+        if (r < 0) {
+                snprintf(why, whylen, "journal: %s", ntfs_strerror(r));
+                return r;
+        }
+        if (existing) {
+                json_t *res = eff.result_json ? json_loads(eff.result_json, 0, NULL) : NULL;
+                if (!res)
+                        res = json_pack("{s:s, s:s?}", "status", ntfs_effect_status_to_string(eff.status),
+                                        "reason", eff.reason);
+                json_object_set_new(res, "replayed", json_true());
+                json_object_set_new(res, "effect", json_string(d_class_name(spec->cls)));
+                json_object_set_new(res, "effect_id", json_integer(eff.id));
+                ntfs_effect_release(&eff);
+                *ret = res;
+                return 0;
+        }
+        _cleanup_free_ char *mp = NULL;
+        r = d_session_mountpoint(session, &mp);
+        if (r < 0) {
+                snprintf(why, whylen, "cannot mount the workspace: %s", ntfs_strerror(r));
+                ntfs_journal_effect_finish(D.j, eff.id, NTFS_EFFECT_FAILED, NULL, NULL, why);
+                ntfs_effect_release(&eff);
+                return r;
+        }
+        _cleanup_free_ char *state = shell_state_get(session);
+        struct ntfs_jail_spec js = { .jail_binary = D.jail_bin, .workspace = mp,
+                                     .workspace_ro = !spec->workspace_rw,
+                                     .net = spec->net == NTFS_NET_LOOPBACK ? NTFS_JAIL_NET_LOOPBACK
+                                                                           : NTFS_JAIL_NET_NONE,
+                                     .command = command, .state_in = state,
+                                     .timeout_ms = timeout_s > 0 ? (uint64_t)(timeout_s * 1000) : spec->timeout_ms,
+                                     .output_limit = (size_t)spec->output_limit };
+        struct ntfs_jail_result jr = { 0 };
+        r = ntfs_jail_run(&js, &jr);
+        if (r < 0) {
+                snprintf(why, whylen, "jail failed: %s", jr.reason ? jr.reason : ntfs_strerror(r));
+                ntfs_journal_effect_finish(D.j, eff.id, NTFS_EFFECT_FAILED, NULL, NULL, why);
+                ntfs_jail_result_release(&jr);
+                ntfs_effect_release(&eff);
+                return r;
+        }
+        shell_state_set(session, jr.state_out);
+        json_t *res = json_pack("{s:i, s:s%, s:s%, s:b, s:b, s:I, s:b, s:b, s:s, s:s}", "exit_code", jr.exit_code,
+                                "stdout", jr.out ? jr.out : "", jr.out_len, "stderr", jr.err ? jr.err : "",
+                                jr.err_len, "stdout_truncated", jr.out_truncated, "stderr_truncated",
+                                jr.err_truncated, "duration_ms", (json_int_t)(jr.duration_ns / 1000000),
+                                "timed_out", jr.timed_out, "oom", jr.oom, "tool", tool, "effect",
+                                d_class_name(spec->cls));
+        if (!res) /* output not valid UTF-8: return it lossily as base64-free replacement */
+                res = json_pack("{s:i, s:s, s:s, s:b, s:I, s:s, s:s}", "exit_code", jr.exit_code, "stdout",
+                                "[binary output]", "stderr", "", "timed_out", jr.timed_out, "duration_ms",
+                                (json_int_t)(jr.duration_ns / 1000000), "tool", tool, "effect",
+                                d_class_name(spec->cls));
+        char after[NTFS_HEX_LEN + 1] = "";
+        if (spec->checkpoint_after) {
+                ntfs_hash h;
+                bool changed;
+                char msg[300], effid[32];
+                snprintf(msg, sizeof msg, "%s: %.200s", tool, command);
+                snprintf(effid, sizeof effid, "%" PRId64, eff.id);
+                int cr = d_checkpoint(session, msg, effid, &h, &changed);
+                if (cr == 0) {
+                        ntfs_hash_hex(&h, after);
+                        json_t *c = d_commit_json(&h, "checkpoint");
+                        json_object_update(res, c);
+                        json_decref(c);
+                        json_object_set_new(res, "changed", json_boolean(changed));
+                } else
+                        log_warn("checkpoint after %s failed: %s", tool, ntfs_strerror(cr));
+        }
+        json_object_set_new(res, "replayed", json_false());
+        json_object_set_new(res, "effect_id", json_integer(eff.id));
+        _cleanup_free_ char *res_s = json_dumps(res, JSON_COMPACT);
+        bool ok = !jr.timed_out && jr.term_signal == 0;
+        ntfs_journal_effect_finish(D.j, eff.id, ok ? NTFS_EFFECT_DONE : NTFS_EFFECT_FAILED, res_s,
+                                   after[0] ? after : NULL,
+                                   ok ? NULL : jr.timed_out ? "timeout" : jr.oom ? "oom" : "killed");
+        ntfs_jail_result_release(&jr);
+        ntfs_effect_release(&eff);
+        *ret = res;
+        return 0;
+}
+
+static int h_exec(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
+        static const char *const keys[] = { "command", "tool", "timeout", "idempotency_key", NULL };
+        const char *name = d_param(req, "name"), *cmd, *tool, *key;
+        int r;
+        if ((r = d_check_keys(req, resp, keys)) < 0 || (r = d_want_string(req, resp, "command", true, &cmd)) < 0 ||
+            (r = d_want_string(req, resp, "tool", false, &tool)) < 0 ||
+            (r = d_want_string(req, resp, "idempotency_key", false, &key)) < 0)
+                return r;
+        json_t *t = json_object_get(req->json, "timeout");
+        if (t && (!json_is_number(t) || json_number_value(t) <= 0 || json_number_value(t) > 86400))
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "'timeout' must be seconds in (0, 86400]");
+        char why[512] = "";
+        json_t *res;
+        r = d_run_tool(name, tool ? tool : "bash_write", cmd, key, t ? json_number_value(t) : 0, &res, why,
+                     sizeof why);
+        if (r < 0)
+                return ntfs_http_error(resp, r, "%s", why[0] ? why : ntfs_strerror(r));
+        return d_reply(resp, 200, res);
+}
+
+static int h_effects(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
+        const char *name = d_param(req, "name");
+        char ls[32];
+        uint64_t limit = 0;
+        if (ntfs_http_request_query(req, "limit", ls, sizeof ls) >= 0 && ls[0] &&
+            ntfs_parse_u64(ls, 1000000, &limit) < 0)
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "'limit' must be a number");
+        json_t *arr;
+        int r = ntfs_journal_effect_list_json(D.j, name, 0, (size_t)limit, 0, &arr);
+        if (r < 0)
+                return d_fail(resp, r, "effects");
+        return d_reply(resp, 200, json_pack("{s:o}", "effects", arr));
+}
+
+int routes_exec_register(ntfs_router *rt) {
+        int r;
+        if ((r = ntfs_router_add(rt, "POST /v1/sessions/{name}/exec", h_exec, 0)) < 0)
+                return r;
+        if ((r = ntfs_router_add(rt, "GET /v1/sessions/{name}/effects", h_effects, 0)) < 0)
+                return r;
+        return 0;
+}

@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: MIT
+ * routes-seed.c — the seed design's paths: /session/start, /session/end,
+ * /tool/execute (NanoAgent's sidecar API, in the same shapes).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "ctl/daemon.h"
+#include "ctl/jsonutil.h"
+#include "common/banned.h"
+
+/* ---- the seed's paths ------------------------------------------------------------------- */
+
+
+static int h_seed_start(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
+        static const char *const keys[] = { "resume_session_id", "fork_at", NULL };
+        const char *resume, *fork_at;
+        int r;
+        if ((r = d_check_keys(req, resp, keys)) < 0 || (r = d_want_string(req, resp, "resume_session_id", false, &resume)) < 0 ||
+            (r = d_want_string(req, resp, "fork_at", false, &fork_at)) < 0)
+                return r;
+        char name[64];
+        bool replay = false;
+        if (resume) {
+                struct ntfs_session_info si;
+                if ((r = ntfs_session_get(D.st, resume, &si)) < 0)
+                        return ntfs_http_error(resp, r, "session '%s': %s", resume, ntfs_strerror(r));
+                snprintf(name, sizeof name, "%.63s", resume);
+                replay = true;
+                if (fork_at) {
+                        char fname[64];
+                        snprintf(fname, sizeof fname, "s-%016" PRIx64, (uint64_t)ntfs_now_ns());
+                        ntfs_hash h;
+                        if ((r = ntfs_fork(D.st, fork_at, fname, &h)) < 0)
+                                return ntfs_http_error(resp, r, "cannot fork at '%s': %s", fork_at,
+                                                       ntfs_strerror(r));
+                        snprintf(name, sizeof name, "%s", fname);
+                }
+        } else {
+                snprintf(name, sizeof name, "s-%016" PRIx64, (uint64_t)ntfs_now_ns());
+                if ((r = ntfs_session_create(D.st, name, fork_at, NULL)) < 0)
+                        return ntfs_http_error(resp, r, "cannot create session: %s", ntfs_strerror(r));
+                (void)ntfs_journal_session_create(D.j, name, (int64_t)req->peer.uid, NULL);
+        }
+        if (req->conn_data) {
+                free(*req->conn_data);
+                *req->conn_data = strdup(name);
+        }
+        json_t *msgs = json_array();
+        struct ntfs_agent_state as = { 0 };
+        if (replay && ntfs_journal_state_load(D.j, name, true, 0, &as) == 0) {
+                json_t *m = as.messages_json ? json_loads(as.messages_json, 0, NULL) : NULL;
+                if (json_is_array(m)) {
+                        json_decref(msgs);
+                        msgs = m;
+                } else
+                        json_decref(m);
+                ntfs_agent_state_release(&as);
+        }
+        return d_reply(resp, 200, json_pack("{s:s, s:s, s:b, s:o}", "session_id", name, "sandbox_id", name,
+                                          "replay_mode", replay, "restored_messages", msgs));
+}
+
+static const char *req_session(const ntfs_http_request *req) {
+        const char *s = d_jstr(req->json, "session_id");
+        if (s)
+                return s;
+        return req->conn_data && *req->conn_data ? *req->conn_data : NULL;
+}
+
+static int h_seed_end(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
+        const char *s = req_session(req);
+        if (!s)
+                return ntfs_http_error(resp, -NTFS_ENOSESSION, "no session: call /session/start first");
+        (void)ntfs_journal_session_end(D.j, s);
+        if (req->conn_data && *req->conn_data && strcmp(*req->conn_data, s) == 0) {
+                free(*req->conn_data);
+                *req->conn_data = NULL;
+        }
+        return d_reply(resp, 200, json_object());
+}
+
+static int h_seed_tool(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
+        static const char *const keys[] = { "tool_name", "tool_input", "tool_use_id", "session_id", NULL };
+        const char *tool, *key;
+        int r;
+        if ((r = d_check_keys(req, resp, keys)) < 0 || (r = d_want_string(req, resp, "tool_name", true, &tool)) < 0 ||
+            (r = d_want_string(req, resp, "tool_use_id", false, &key)) < 0)
+                return r;
+        const char *s = req_session(req);
+        if (!s)
+                return ntfs_http_error(resp, -NTFS_ENOSESSION, "no session: call /session/start first");
+        json_t *input = json_object_get(req->json, "tool_input");
+        if (!json_is_object(input))
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "'tool_input' must be an object");
+        const char *cmd = d_jstr(input, "command");
+        if (!cmd)
+                cmd = d_jstr(input, "url"); /* fetch_url */
+        if (!cmd)
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "tool_input.command (or .url for fetch_url) is required for %s",
+                                       tool);
+        char why[512] = "";
+        json_t *res;
+        r = d_run_tool(s, tool, cmd, key, 0, &res, why, sizeof why);
+        if (r < 0)
+                return ntfs_http_error(resp, r, "%s", why[0] ? why : ntfs_strerror(r));
+        json_t *replayed = json_object_get(res, "replayed");
+        json_t *o = json_pack("{s:O, s:s, s:b}", "result", res, "effect", d_jstr(res, "effect"), "replayed",
+                              json_is_true(replayed));
+        json_decref(res);
+        return d_reply(resp, 200, o);
+}
+
+int routes_seed_register(ntfs_router *rt) {
+        int r;
+        if ((r = ntfs_router_add(rt, "POST /session/start", h_seed_start, 0)) < 0)
+                return r;
+        if ((r = ntfs_router_add(rt, "POST /session/end", h_seed_end, 0)) < 0)
+                return r;
+        if ((r = ntfs_router_add(rt, "POST /tool/execute", h_seed_tool, 0)) < 0)
+                return r;
+        return 0;
+}
