@@ -6,10 +6,13 @@ cd "$(dirname "$0")/.."
 
 setup() {
   local dir=$1; shift
+  local log
+  log=$(mktemp)
   if [ ! -f "$dir/build.ninja" ]; then
-    meson setup "$dir" "$@" >/dev/null
+    meson setup "$dir" "$@" >"$log" 2>&1 || { cat "$log"; rm -f "$log"; exit 1; }
   fi
-  ninja -C "$dir" >/dev/null
+  ninja -C "$dir" >"$log" 2>&1 || { cat "$log"; rm -f "$log"; exit 1; }
+  rm -f "$log"
 }
 
 setup build

@@ -1,0 +1,46 @@
+# SPDX-License-Identifier: MIT
+"""Smoke test of tools/bench-fs.sh itself: --quick, on the floor and native
+targets only; the table must come out with a number in every measured cell.
+Times are never compared with anything."""
+import os
+import re
+import subprocess
+
+import pytest
+
+BUILD = os.environ.get("NTFS_BUILD", "/work/main/build")
+ROOT = os.environ.get("NTFS_SOURCE_ROOT",
+                      os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+WORKLOADS = ["seq-write-1M", "seq-read-1M", "rand-read-4k", "rand-write-4k", "creates-1000",
+             "untar", "find-warm", "du-warm", "git-add-commit", "git-status-warm", "rm-rf",
+             "make-j2"]
+
+
+def test_quick_table(tmp_path):
+    floor = os.path.join(BUILD, "tools", "fusefloor")
+    if not os.path.exists(floor):
+        pytest.skip("no fusefloor at %s" % floor)
+    env = dict(os.environ, BENCH_TARGETS="floor native", NTFS_BUILD=BUILD,
+               BENCH_DIR=str(tmp_path), BENCH_CACHE=str(tmp_path / "cache"))
+    env.pop("NTFS_MOUNT_CMD", None)
+    r = subprocess.run([os.path.join(ROOT, "tools", "bench-fs.sh"), "--quick"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert head[:7] == ["workload", "unit", "native", "tmpfs", "overlayfs", "floor", "ntfs"]
+    rows = {}
+    for l in lines[2:]:
+        cells = [c.strip() for c in l.strip("|").split("|")]
+        rows[cells[0]] = dict(zip(head, cells))
+    assert sorted(rows) == sorted(WORKLOADS)
+    num = re.compile(r"^\d+(\.\d+)?$")
+    for w, row in rows.items():
+        for t in ("native", "floor", "floor/native"):
+            assert num.match(row[t]) and float(row[t]) > 0, (w, t, row[t])
+        assert row["tmpfs"] == "skipped" and row["ntfs"] == "skipped"
+        assert row["ntfs/floor"] == "-"
+    # nothing left mounted or running under the scratch dir
+    with open("/proc/self/mounts") as f:
+        assert str(tmp_path) not in f.read()
+    assert os.listdir(tmp_path) == ["cache"]

@@ -1,0 +1,192 @@
+# SPDX-License-Identifier: MIT
+"""Correctness checks of the FUSE floor (tools/fusefloor.c): a real mount,
+real syscalls, and a teardown that unmounts and stops the daemon even when a
+test fails."""
+import errno
+import os
+import signal
+import stat
+import subprocess
+import time
+
+import pytest
+
+BUILD = os.environ.get("NTFS_BUILD", "/work/main/build")
+FLOOR = os.path.join(BUILD, "tools", "fusefloor")
+
+
+def _mounted(path):
+    with open("/proc/self/mounts") as f:
+        return any(line.split()[1] == path for line in f)
+
+
+@pytest.fixture
+def floor(tmp_path):
+    if not os.path.exists(FLOOR):
+        pytest.skip("no fusefloor at %s" % FLOOR)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    stats = tmp_path / "stats"
+    log = open(tmp_path / "log", "w+")
+    proc = subprocess.Popen([FLOOR, str(mnt), "-f", "-o", "stats=%s" % stats],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        for _ in range(100):
+            if _mounted(str(mnt)):
+                break
+            assert proc.poll() is None, "fusefloor exited early"
+            time.sleep(0.05)
+        else:
+            pytest.fail("fusefloor did not mount")
+        yield mnt
+        # a clean unmount makes the daemon exit 0 and write its stats
+        subprocess.run(["fusermount3", "-u", str(mnt)], check=True)
+        assert proc.wait(timeout=10) == 0
+        counts = dict(l.split() for l in stats.read_text().splitlines())
+        assert int(counts["LOOKUP"]) > 0
+    finally:
+        if _mounted(str(mnt)):
+            subprocess.run(["fusermount3", "-uz", str(mnt)])
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.seek(0)
+        text = log.read()
+        log.close()
+        assert "ERROR" not in text.upper(), text
+
+
+def test_create_write_read(floor):
+    p = floor / "a.txt"
+    p.write_bytes(b"hello world")
+    assert p.read_bytes() == b"hello world"
+    with open(p, "r+b") as f:
+        f.seek(6)
+        f.write(b"floor")
+    assert p.read_bytes() == b"hello floor"
+    with open(p, "ab") as f:
+        f.write(b"!")
+    assert p.read_bytes() == b"hello floor!"
+    assert p.stat().st_size == 12
+    with pytest.raises(FileExistsError):
+        os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    fd = os.open(p, os.O_WRONLY | os.O_TRUNC)
+    os.close(fd)
+    assert p.stat().st_size == 0
+
+
+def test_sparse_and_large_offsets(floor):
+    p = floor / "sparse"
+    with open(p, "wb") as f:
+        f.seek(5 << 30)
+        f.write(b"end")
+        f.seek(100000)
+        f.write(b"mid")
+    st = p.stat()
+    assert st.st_size == (5 << 30) + 3
+    assert st.st_blocks * 512 < 1 << 20
+    with open(p, "rb") as f:
+        f.seek(99998)
+        assert f.read(7) == b"\0\0mid\0\0"
+        f.seek((5 << 30) - 2)
+        assert f.read(10) == b"\0\0end"
+    os.truncate(p, 100001)
+    assert p.read_bytes()[-2:] == b"\0m"
+    data = os.urandom(3 << 20)
+    (floor / "big").write_bytes(data)
+    assert (floor / "big").read_bytes() == data
+
+
+def test_rename_unlink_readdir(floor):
+    (floor / "d1").mkdir()
+    (floor / "d2").mkdir()
+    for i in range(300):
+        (floor / "d1" / ("f%03d" % i)).write_text(str(i))
+    assert sorted(os.listdir(floor / "d1")) == ["f%03d" % i for i in range(300)]
+    os.rename(floor / "d1" / "f000", floor / "d2" / "moved")
+    assert (floor / "d2" / "moved").read_text() == "0"
+    os.rename(floor / "d1" / "f001", floor / "d1" / "f002")  # over an existing file
+    assert (floor / "d1" / "f002").read_text() == "1"
+    assert not (floor / "d1" / "f001").exists()
+    os.unlink(floor / "d1" / "f003")
+    names = os.listdir(floor / "d1")
+    assert len(names) == 297 and "f003" not in names
+    with pytest.raises(OSError) as e:
+        os.rmdir(floor / "d1")
+    assert e.value.errno == errno.ENOTEMPTY
+    assert os.stat(floor).st_nlink == 4  # ., .., d1, d2
+    os.rename(floor / "d2", floor / "d1" / "sub")
+    assert os.stat(floor).st_nlink == 3
+    with pytest.raises(OSError) as e:
+        os.rename(floor / "d1", floor / "d1" / "sub" / "loop")
+    assert e.value.errno == errno.EINVAL
+
+
+def test_rename_flags(floor):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    (floor / "x").write_text("x")
+    (floor / "y").write_text("y")
+
+    def renameat2(a, b, flags):
+        r = libc.renameat2(-100, str(floor / a).encode(), -100, str(floor / b).encode(), flags)
+        return 0 if r == 0 else ctypes.get_errno()
+    assert renameat2("x", "y", 1) == errno.EEXIST  # RENAME_NOREPLACE
+    assert renameat2("x", "y", 2) == 0  # RENAME_EXCHANGE
+    assert (floor / "x").read_text() == "y" and (floor / "y").read_text() == "x"
+
+
+def test_links_symlinks_modes_xattrs(floor):
+    p = floor / "f"
+    p.write_text("data")
+    os.link(p, floor / "h")
+    assert p.stat().st_nlink == 2 and p.stat().st_ino == (floor / "h").stat().st_ino
+    os.unlink(p)
+    assert (floor / "h").stat().st_nlink == 1 and (floor / "h").read_text() == "data"
+    os.symlink("h", floor / "s")
+    assert os.readlink(floor / "s") == "h" and (floor / "s").read_text() == "data"
+    os.chmod(floor / "h", 0o4751)
+    os.chown(floor / "h", 1234, 5678)
+    st = os.stat(floor / "h")
+    assert (st.st_uid, st.st_gid) == (1234, 5678)
+    assert stat.S_IMODE(st.st_mode) == 0o751  # chown dropped the setuid bit
+    os.utime(floor / "h", ns=(1_000_000_123, 2_000_000_456))
+    st = os.stat(floor / "h")
+    assert (st.st_atime_ns, st.st_mtime_ns) == (1_000_000_123, 2_000_000_456)
+    with pytest.raises(OSError) as e:
+        os.getxattr(floor / "h", "user.none")
+    assert e.value.errno == errno.ENODATA
+    os.setxattr(floor / "h", "user.k", b"v")
+    assert os.getxattr(floor / "h", "user.k") == b"v"
+    assert os.listxattr(floor / "h") == ["user.k"]
+    with pytest.raises(FileExistsError):
+        os.setxattr(floor / "h", "user.k", b"w", os.XATTR_CREATE)
+    os.removexattr(floor / "h", "user.k")
+    assert os.listxattr(floor / "h") == []
+    os.mkfifo(floor / "fifo")
+    assert stat.S_ISFIFO(os.stat(floor / "fifo").st_mode)
+    sv = os.statvfs(floor)
+    assert sv.f_bavail > 0 and sv.f_namemax == 255
+
+
+def test_git_and_tar_work(floor, tmp_path):
+    src = floor / "src"
+    src.mkdir()
+    for i in range(50):
+        (src / ("m%d.c" % i)).write_text("int f%d(void) { return %d; }\n" % (i, i))
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t",
+               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    run = lambda *a, **k: subprocess.run(a, cwd=src, env=env, check=True,
+                                         capture_output=True, text=True, **k)
+    run("git", "init", "-q")
+    run("git", "add", "-A")
+    run("git", "commit", "-q", "-m", "x")
+    assert run("git", "status", "--porcelain").stdout == ""
+    (src / "m0.c").write_text("changed\n")
+    assert run("git", "status", "--porcelain").stdout.strip() == "M m0.c"
+    tarball = tmp_path / "t.tar"
+    subprocess.run(["tar", "-cf", str(tarball), "-C", str(floor), "src"], check=True)
+    (floor / "out").mkdir()
+    subprocess.run(["tar", "-xf", str(tarball), "-C", str(floor / "out")], check=True)
+    r = subprocess.run(["diff", "-r", str(src), str(floor / "out" / "src")])
+    assert r.returncode == 0

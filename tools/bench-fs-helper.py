@@ -1,0 +1,154 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""Helpers for tools/bench-fs.sh (stdlib only).
+
+  creates DIR N              create N small files (100 bytes each) in DIR,
+                             print the elapsed seconds (timed inside, so
+                             python's start-up is not counted)
+  gencproj DIR NFILES        write a C project of NFILES .c files + Makefile
+  fio JSONFILE read|write bw|iops
+                             print MB/s (bw) or IOPS from fio's JSON output
+  report TSV                 print the table of medians and ratios
+"""
+import json
+import os
+import statistics
+import sys
+import time
+
+
+def creates(d, n):
+    data = b"x" * 100
+    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC
+    t0 = time.perf_counter()
+    for i in range(n):
+        fd = os.open(os.path.join(d, "f%06d" % i), flags, 0o644)
+        os.write(fd, data)
+        os.close(fd)
+    print("%.6f" % (time.perf_counter() - t0))
+
+
+def gencproj(d, nfiles):
+    os.makedirs(os.path.join(d, "src"), exist_ok=True)
+    with open(os.path.join(d, "src", "common.h"), "w") as f:
+        f.write("#pragma once\n#include <stddef.h>\n#include <stdint.h>\n")
+        for i in range(nfiles):
+            f.write("uint64_t mod%d_run(uint64_t seed);\n" % i)
+    for i in range(nfiles):
+        with open(os.path.join(d, "src", "mod%d.c" % i), "w") as f:
+            f.write('#include "common.h"\n#include <string.h>\n#include <stdio.h>\n\n')
+            for j in range(20):
+                f.write(
+                    "static uint64_t f%d(uint64_t x) {\n"
+                    "        char buf[64];\n"
+                    "        for (int k = 0; k < %d; k++) {\n"
+                    "                x = x * 6364136223846793005ull + %d;\n"
+                    "                snprintf(buf, sizeof(buf), \"%%llu\", (unsigned long long)x);\n"
+                    "                x ^= strlen(buf);\n"
+                    "        }\n"
+                    "        return x;\n}\n\n" % (j, 3 + j, i * 31 + j))
+            f.write("uint64_t mod%d_run(uint64_t seed) {\n" % i)
+            f.write("        uint64_t x = seed;\n")
+            for j in range(20):
+                f.write("        x = f%d(x);\n" % j)
+            f.write("        return x;\n}\n")
+    with open(os.path.join(d, "src", "main.c"), "w") as f:
+        f.write('#include "common.h"\n#include <stdio.h>\nint main(void) {\n        uint64_t x = 1;\n')
+        for i in range(nfiles):
+            f.write("        x = mod%d_run(x);\n" % i)
+        f.write('        printf("%llu\\n", (unsigned long long)x);\n        return 0;\n}\n')
+    with open(os.path.join(d, "Makefile"), "w") as f:
+        objs = " ".join("src/mod%d.o" % i for i in range(nfiles))
+        f.write("CC ?= cc\nCFLAGS = -O2 -g -Wall\nOBJS = src/main.o %s\n\n" % objs)
+        f.write("prog: $(OBJS)\n\t$(CC) -o $@ $(OBJS)\n\n")
+        f.write("src/%.o: src/%.c src/common.h\n\t$(CC) $(CFLAGS) -c -o $@ $<\n\n")
+        f.write("clean:\n\trm -f prog $(OBJS)\n")
+
+
+def fio(path, rw, what):
+    with open(path) as f:
+        text = f.read()
+    # fio may print warnings before the JSON object
+    job = json.loads(text[text.index("{"):])["jobs"][0][rw]
+    if what == "bw":
+        print("%.1f" % (job["bw_bytes"] / 1e6))
+    else:
+        print("%.0f" % job["iops"])
+
+
+# workload -> (unit, higher is better)
+UNITS = {
+    "seq-write-1M": ("MB/s", True), "seq-read-1M": ("MB/s", True),
+    "rand-read-4k": ("IOPS", True), "rand-write-4k": ("IOPS", True),
+}
+TARGETS = ["native", "tmpfs", "overlayfs", "floor", "ntfs"]
+
+
+def fmt(v):
+    if v is None:
+        return "-"
+    if v >= 100:
+        return "%.0f" % v
+    if v >= 1:
+        return "%.2f" % v
+    return "%.3f" % v
+
+
+def report(tsv):
+    vals = {}
+    order = []
+    with open(tsv) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) != 4:
+                continue
+            target, workload, _run, value = parts
+            if workload not in order:
+                order.append(workload)
+            vals.setdefault((workload, target), []).append(float(value))
+    present = [t for t in TARGETS if any(k[1] == t for k in vals)]
+    med = {k: statistics.median(v) for k, v in vals.items()}
+    runs = max((len(v) for v in vals.values()), default=0)
+    head = ["workload", "unit"] + TARGETS + ["ntfs/floor", "ntfs/overlayfs", "ntfs/native",
+                                             "floor/native"]
+    rows = []
+    for w in order:
+        unit, higher = UNITS.get(w, ("s", False))
+        row = [w, unit + (" (higher=better)" if higher else " (lower=better)")]
+        for t in TARGETS:
+            row.append(fmt(med.get((w, t))) if t in present else "skipped")
+
+        def ratio(a, b):
+            x, y = med.get((w, a)), med.get((w, b))
+            return "%.2f" % (x / y) if x is not None and y else "-"
+        row += [ratio("ntfs", "floor"), ratio("ntfs", "overlayfs"), ratio("ntfs", "native"),
+                ratio("floor", "native")]
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    line = lambda r: "| " + " | ".join(c.ljust(widths[i]) for i, c in enumerate(r)) + " |"
+    print(line(head))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print(line(r))
+    print("\nmedian of %d run(s); ratios are value/value (for s, < 1 is faster; "
+          "for MB/s and IOPS, > 1 is faster)" % runs)
+
+
+def main(argv):
+    if len(argv) < 2:
+        sys.exit(__doc__)
+    cmd = argv[1]
+    if cmd == "creates" and len(argv) == 4:
+        creates(argv[2], int(argv[3]))
+    elif cmd == "gencproj" and len(argv) == 4:
+        gencproj(argv[2], int(argv[3]))
+    elif cmd == "fio" and len(argv) == 5:
+        fio(argv[2], argv[3], argv[4])
+    elif cmd == "report" and len(argv) == 3:
+        report(argv[2])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,260 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# bench-fs.sh — the same filesystem workloads, in one run, on several targets;
+# prints the median of each figure and its ratios (issue 3, docs/bench-fs.md).
+#
+#   tools/bench-fs.sh [--quick]
+#
+# Targets (BENCH_TARGETS, default "native tmpfs overlayfs floor ntfs"):
+#   native     a fresh directory on the root ext4 for every run
+#   tmpfs      a fresh tmpfs mount
+#   overlayfs  fuse-overlayfs, lower/upper/work on ext4
+#   floor      tools/fusefloor, the FUSE floor (FLOOR_OPTS adds -o options)
+#   ntfs       "$NTFS_MOUNT_CMD MNT" / "$NTFS_UMOUNT_CMD MNT"; skipped when unset
+# Environment: BENCH_RUNS (3; 1 with --quick), BENCH_DIR (scratch on ext4,
+# default /var/tmp), BENCH_CACHE (where the tarball and C project are built
+# once, default /var/tmp/bench-fs-cache), FUSEFLOOR (the binary; default
+# $NTFS_BUILD/tools/fusefloor), BENCH_RAW (keep the raw TSV there).
+# Runs alternate: run r visits the targets in an order rotated by r.
+# Nothing here gates on absolute times.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+HELPER="/usr/bin/python3 $HERE/bench-fs-helper.py"
+QUICK=0
+for a in "$@"; do
+        case $a in
+        --quick) QUICK=1 ;;
+        -h | --help) sed -n '3,20p' "$0"; exit 0 ;;
+        *) echo "bench-fs: unknown argument $a" >&2; exit 2 ;;
+        esac
+done
+
+if [ $QUICK = 1 ]; then
+        RUNS=${BENCH_RUNS:-1} PREALLOC=128 SEQ=64M RANDSIZE=16M RANDTIME=2 NCREATE=1000 CFILES=8
+        TREE_DIRS="usr/include/linux" TREE_MIN=0 TAR_NAME=tree-quick.tar
+else
+        RUNS=${BENCH_RUNS:-3} PREALLOC=1400 SEQ=1G RANDSIZE=1G RANDTIME=10 NCREATE=20000 CFILES=200
+        TREE_DIRS="usr/include usr/share/doc usr/lib/python3.11 usr/lib/python3/dist-packages usr/share/perl usr/share/perl5"
+        TREE_MIN=20000 TAR_NAME=tree-full.tar
+fi
+TARGETS=${BENCH_TARGETS:-native tmpfs overlayfs floor ntfs}
+NTFS_BUILD=${NTFS_BUILD:-$(cd "$HERE/.." && pwd)/build}
+FUSEFLOOR=${FUSEFLOOR:-$NTFS_BUILD/tools/fusefloor}
+CACHE=${BENCH_CACHE:-/var/tmp/bench-fs-cache}
+SCRATCH=$(mktemp -d "${BENCH_DIR:-/var/tmp}/bench-fs.XXXXXX")
+RAW=$SCRATCH/raw.tsv
+: >"$RAW"
+
+MOUNTS=() # mountpoints to unmount on exit
+PIDS=()   # daemons to stop on exit
+
+log() { echo "bench-fs: $*" >&2; }
+
+cleanup() {
+        local m p
+        trap - EXIT INT TERM
+        if [ -n "$NTFS_MNT" ] && mountpoint -q "$NTFS_MNT"; then
+                MNT=$NTFS_MNT bash -c "$NTFS_UMOUNT_CMD \"\$MNT\"" || true
+        fi
+        MOUNTS+=(${NTFS_MNT:+"$NTFS_MNT"})
+        for m in "${MOUNTS[@]}"; do
+                if mountpoint -q "$m" 2>/dev/null; then
+                        fusermount3 -u "$m" 2>/dev/null || umount "$m" 2>/dev/null ||
+                                umount -l "$m" 2>/dev/null || true
+                fi
+        done
+        for p in "${PIDS[@]}"; do
+                kill "$p" 2>/dev/null || true
+                wait "$p" 2>/dev/null || true
+        done
+        if [ -n "${BENCH_RAW:-}" ] && [ -s "$RAW" ]; then cp "$RAW" "$BENCH_RAW"; fi
+        rm -rf "$SCRATCH"
+}
+trap cleanup EXIT
+trap 'log interrupted; exit 130' INT TERM
+
+# ---- inputs, built once -----------------------------------------------------
+
+mkdir -p "$CACHE"
+TARBALL=$CACHE/$TAR_NAME
+if [ ! -s "$TARBALL" ]; then
+        log "building $TARBALL from /$TREE_DIRS"
+        dirs=()
+        for d in $TREE_DIRS; do [ -d "/$d" ] && dirs+=("$d"); done
+        tar -C / -cf "$TARBALL.tmp" --exclude=__pycache__ "${dirs[@]}"
+        n=$(tar -tvf "$TARBALL.tmp" | grep -c '^-') # regular files
+        if [ "$n" -lt "$TREE_MIN" ]; then # top up with generated files
+                pad=$SCRATCH/pad/usr/pad
+                mkdir -p "$pad"
+                i=0
+                while [ $((n + i)) -lt "$TREE_MIN" ]; do
+                        [ $((i % 100)) = 0 ] && mkdir -p "$pad/d$((i / 100))"
+                        head -c $((512 + (i * 7919) % 16384)) /usr/include/stdio.h >"$pad/d$((i / 100))/f$i.h"
+                        i=$((i + 1))
+                done
+                tar -C "$SCRATCH/pad" -rf "$TARBALL.tmp" usr/pad
+                rm -rf "$SCRATCH/pad"
+        fi
+        mv "$TARBALL.tmp" "$TARBALL"
+fi
+CPROJ=$CACHE/cproj-$CFILES
+if [ ! -f "$CPROJ/Makefile" ]; then
+        rm -rf "$CPROJ"
+        $HELPER gencproj "$CPROJ" "$CFILES"
+fi
+TREE_ENTRIES=$(tar -tf "$TARBALL" | wc -l)
+TREE_FILES=$(tar -tvf "$TARBALL" | grep -c '^-')
+TREE_BYTES=$(du -sb "$TARBALL" | cut -f1)
+log "tree: $TREE_ENTRIES entries ($TREE_FILES files), $TREE_BYTES bytes of tar; C project: $CFILES files; runs: $RUNS"
+
+# ---- targets ----------------------------------------------------------------
+
+wait_mounted() { # MNT PID
+        local i
+        for i in $(seq 100); do
+                mountpoint -q "$1" && return 0
+                if [ -n "${2:-}" ] && ! kill -0 "$2" 2>/dev/null; then break; fi
+                sleep 0.1
+        done
+        log "mount at $1 did not come up"
+        return 1
+}
+
+# mount_T MNT BASE: mounts target T at MNT (BASE is scratch space on ext4)
+mount_native() { :; }
+umount_native() { :; }
+mount_tmpfs() { mount -t tmpfs -o size=16g bench-tmpfs "$1"; MOUNTS+=("$1"); }
+umount_tmpfs() { umount "$1"; }
+mount_overlayfs() {
+        mkdir -p "$2/lower" "$2/upper" "$2/work"
+        fuse-overlayfs -f -o "lowerdir=$2/lower,upperdir=$2/upper,workdir=$2/work" "$1" &
+        PIDS+=($!)
+        MOUNTS+=("$1")
+        wait_mounted "$1" $!
+}
+umount_fuse() { # the target's daemon is the last one started
+        fusermount3 -u "$1"
+        wait "${PIDS[-1]}" || true
+        unset 'PIDS[-1]'
+}
+umount_overlayfs() { umount_fuse "$1"; }
+mount_floor() {
+        # prealloc: fault the data memory in before the clock starts (fusefloor.c)
+        local o=(-o "prealloc=$PREALLOC${FLOOR_OPTS:+,$FLOOR_OPTS}")
+        "$FUSEFLOOR" "$1" -f "${o[@]}" &
+        PIDS+=($!)
+        MOUNTS+=("$1")
+        wait_mounted "$1" $!
+}
+umount_floor() { umount_fuse "$1"; }
+NTFS_MNT=
+mount_ntfs() {
+        NTFS_MNT=$1
+        MNT=$1 bash -c "$NTFS_MOUNT_CMD \"\$MNT\""
+        wait_mounted "$1"
+}
+umount_ntfs() {
+        MNT=$1 bash -c "$NTFS_UMOUNT_CMD \"\$MNT\""
+        NTFS_MNT=
+}
+
+# ---- workloads --------------------------------------------------------------
+
+now() { echo "$EPOCHREALTIME"; }
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.4f", b - a }'; }
+record() { echo "$TARGET $1 $RUN $2" >>"$RAW"; log "  $TARGET run $RUN: $1 = $2"; }
+
+timed() { # NAME CMD...: records the wall time of CMD
+        local name=$1 t
+        shift
+        t=$(now)
+        "$@"
+        record "$name" "$(since "$t")"
+}
+
+run_fio() { # NAME RW UNIT EXTRA...
+        local name=$1 rw=$2 what=$3 out=$SCRATCH/fio.json
+        shift 3
+        fio --name=bench --filename="$W/fio.dat" --fallocate=none --output-format=json \
+                --output="$out" "$@" >/dev/null
+        record "$name" "$($HELPER fio "$out" "$rw" "$what")"
+}
+
+git_q() { git -c user.name=bench -c user.email=bench@localhost -c gc.auto=0 "$@"; }
+
+workloads() { # W: the fresh directory to work in
+        run_fio seq-write-1M write bw --rw=write --bs=1M --size=$SEQ --end_fsync=1
+        run_fio seq-read-1M read bw --rw=read --bs=1M --size=$SEQ
+        rm -f "$W/fio.dat"
+        run_fio rand-read-4k read iops --rw=randread --bs=4k --size=$RANDSIZE \
+                --time_based --runtime=$RANDTIME
+        run_fio rand-write-4k write iops --rw=randwrite --bs=4k --size=$RANDSIZE \
+                --time_based --runtime=$RANDTIME --end_fsync=1
+        rm -f "$W/fio.dat"
+
+        mkdir "$W/creates"
+        record creates-$NCREATE "$($HELPER creates "$W/creates" "$NCREATE")"
+        rm -rf "$W/creates"
+
+        mkdir "$W/tree"
+        timed untar tar -xf "$TARBALL" -C "$W/tree"
+        find "$W/tree" >/dev/null
+        timed find-warm find "$W/tree" -name '*.zzz'
+        du -s "$W/tree" >/dev/null
+        timed du-warm du -s "$W/tree" >/dev/null
+        git_q -C "$W/tree" init -q
+        timed git-add-commit sh -c 'git -c user.name=bench -c user.email=bench@localhost \
+                -c gc.auto=0 -C "$1" add -A && git -c user.name=bench \
+                -c user.email=bench@localhost -c gc.auto=0 -C "$1" commit -q -m bench' sh "$W/tree"
+        git_q -C "$W/tree" status --porcelain >/dev/null
+        timed git-status-warm git_q -C "$W/tree" status --porcelain >/dev/null
+        timed rm-rf rm -rf "$W/tree"
+
+        cp -a "$CPROJ" "$W/cproj"
+        timed make-j2 make -s -j2 -C "$W/cproj" >/dev/null
+        rm -rf "$W/cproj"
+}
+
+# ---- main -------------------------------------------------------------------
+
+read -r -a TLIST <<<"$TARGETS"
+for t in "${TLIST[@]}"; do
+        case $t in
+        native | tmpfs | overlayfs | floor) ;;
+        ntfs)
+                if [ -z "${NTFS_MOUNT_CMD:-}" ] || [ -z "${NTFS_UMOUNT_CMD:-}" ]; then
+                        log "note: ntfs skipped (set NTFS_MOUNT_CMD and NTFS_UMOUNT_CMD)"
+                fi ;;
+        *) log "unknown target $t"; exit 2 ;;
+        esac
+done
+if [[ " $TARGETS " == *" floor "* ]] && [ ! -x "$FUSEFLOOR" ]; then
+        log "no fusefloor at $FUSEFLOOR (set FUSEFLOOR or NTFS_BUILD)"
+        exit 2
+fi
+
+n=${#TLIST[@]}
+for RUN in $(seq "$RUNS"); do
+        for i in $(seq 0 $((n - 1))); do
+                TARGET=${TLIST[$(((i + RUN - 1) % n))]}
+                if [ "$TARGET" = ntfs ] && [ -z "${NTFS_MOUNT_CMD:-}${NTFS_UMOUNT_CMD:-}" ]; then
+                        continue
+                fi
+                log "run $RUN: $TARGET"
+                base=$SCRATCH/$TARGET-$RUN
+                mkdir -p "$base/mnt"
+                "mount_$TARGET" "$base/mnt" "$base"
+                W=$base/mnt/work
+                mkdir "$W"
+                workloads
+                rm -rf "$W"
+                "umount_$TARGET" "$base/mnt"
+                rm -rf "$base"
+        done
+done
+
+echo "# bench-fs: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs, kernel $(uname -r)," \
+        "tree $TREE_ENTRIES entries ($TREE_FILES files), runs $RUNS$([ $QUICK = 1 ] && echo ', QUICK')"
+echo "# floor: $FUSEFLOOR -o prealloc=$PREALLOC${FLOOR_OPTS:+,$FLOOR_OPTS}"
+$HELPER report "$RAW"

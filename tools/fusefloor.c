@@ -1,0 +1,1551 @@
+/* SPDX-License-Identifier: MIT
+ * fusefloor — the FUSE floor: a minimal in-memory filesystem on the libfuse3
+ * low-level API, tuned with the FUSE options that make FUSE fast. It keeps
+ * everything in memory and does well under a microsecond of work per request,
+ * so what it costs is what FUSE itself costs on this machine (issue 3). The
+ * benchmark (tools/bench-fs.sh) holds the real mount against it.
+ *
+ *   fusefloor MOUNTPOINT [-f] [-d] [-s] [-o opts]
+ *
+ * Floor options (-o; the defaults are the fast choice, docs/bench-fs.md):
+ *   writeback        turn the kernel's writeback cache on (default off)
+ *   open, opendir    answer OPEN / OPENDIR instead of ENOSYS (no_open/no_opendir)
+ *   timeout=SECS     entry and attr timeout (default 1.0)
+ *   flush            answer FLUSH (default ENOSYS: the kernel stops sending it)
+ *   nocreate         answer CREATE with ENOSYS (the kernel uses MKNOD instead)
+ *   nopatch          do not force FUSE_PARALLEL_DIROPS / FUSE_HANDLE_KILLPRIV
+ *                    into the INIT reply (libfuse 3.14 drops them, see below)
+ *   prealloc=MIB     fault in MIB of data blocks before mounting, so that
+ *                    first-touch page clearing is not timed (default 0)
+ *   stats=PATH       at exit, write one "OPCODE COUNT" line per request type
+ *   default_permissions  let the kernel check modes (default: the daemon does)
+ * Any other -o option goes to libfuse (allow_other, fsname, ...).
+ *
+ * Model: inodes live in a table indexed by inode number (never reused; the
+ * generation is always 0). A directory keeps its entries in an array whose
+ * index+1 is the readdir offset (deleted slots become NULL, so offsets survive
+ * concurrent changes; the array is reset when the directory empties); one
+ * global hash of (parent, name) makes lookup O(1). File data lives in 64 KiB
+ * blocks (NULL = hole), so sparse files cost nothing. One rwlock guards it
+ * all: read, getattr, lookup, readdir and getxattr take it shared.
+ *
+ * An inode is freed when it has no links and the kernel has forgotten it.
+ * Ownership: every node, dentry, block and xattr belongs to the one global
+ * struct floor; floor_destroy() frees everything at exit.
+ */
+#define FUSE_USE_VERSION 312
+
+#include <errno.h>
+#include <limits.h>
+#include <fuse_lowlevel.h>
+#include <linux/fuse.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/uio.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/banned.h"
+
+#define BLK_SHIFT 16
+#define BLK_SIZE ((size_t)1 << BLK_SHIFT)
+#define MAX_FILE_SIZE ((uint64_t)64 << 30) /* bounds the block table: 8 MiB */
+#define MAX_XATTR_SIZE 65536
+#define MAX_WRITE ((unsigned)1 << 20)
+
+struct xattr {
+        struct xattr *next;
+        size_t size;
+        char *value;
+        char name[];
+};
+
+struct dentry {
+        struct dentry *hnext; /* hash chain */
+        uint64_t parent;
+        uint64_t ino;
+        size_t slot; /* index in the parent's ents[] */
+        size_t len;
+        char name[];
+};
+
+struct node {
+        uint64_t ino;
+        uint64_t nlookup; /* the kernel's references */
+        mode_t mode;
+        uid_t uid;
+        gid_t gid;
+        dev_t rdev;
+        nlink_t nlink;
+        uint64_t size;
+        struct timespec atime, mtime, ctime;
+        char **blocks; /* regular file: nblocks pointers, NULL = hole */
+        size_t nblocks;
+        size_t cap0; /* bytes allocated for blocks[0] (malloc'd) */
+        char *target; /* symlink */
+        struct dentry **ents; /* directory */
+        size_t nents, cap, live;
+        uint64_t parent; /* directory: the parent's inode */
+        struct xattr *xattrs;
+};
+
+enum { OPC_LOOKUP, OPC_FORGET, OPC_GETATTR, OPC_SETATTR, OPC_READLINK, OPC_MKNOD, OPC_MKDIR,
+       OPC_UNLINK, OPC_RMDIR, OPC_SYMLINK, OPC_RENAME, OPC_LINK, OPC_OPEN, OPC_READ, OPC_WRITE,
+       OPC_FLUSH, OPC_RELEASE, OPC_FSYNC, OPC_OPENDIR, OPC_READDIR, OPC_READDIRPLUS, OPC_RELEASEDIR,
+       OPC_STATFS, OPC_SETXATTR, OPC_GETXATTR, OPC_LISTXATTR, OPC_REMOVEXATTR, OPC_ACCESS,
+       OPC_CREATE, OPC_FALLOCATE, OPC__MAX };
+static const char *const st_names[OPC__MAX] = {
+        "LOOKUP", "FORGET", "GETATTR", "SETATTR", "READLINK", "MKNOD", "MKDIR",
+        "UNLINK", "RMDIR", "SYMLINK", "RENAME", "LINK", "OPEN", "READ", "WRITE",
+        "FLUSH", "RELEASE", "FSYNC", "OPENDIR", "READDIR", "READDIRPLUS", "RELEASEDIR",
+        "STATFS", "SETXATTR", "GETXATTR", "LISTXATTR", "REMOVEXATTR", "ACCESS",
+        "CREATE", "FALLOCATE",
+};
+
+struct floor {
+        pthread_rwlock_t lock;
+        struct node **inodes;
+        size_t ninodes; /* table size */
+        uint64_t next_ino;
+        struct dentry **hash;
+        size_t hsize, hcount;
+        /* options */
+        int writeback, open, opendir, nopatch, default_permissions, flush, nocreate;
+        unsigned prealloc; /* MiB */
+        double timeout;
+        char *stats;
+        /* INIT reply patch: kernel flags libfuse 3.14 forgets to send */
+        uint32_t extra_flags;
+        atomic_bool init_seen;
+        atomic_uint_fast64_t counts[OPC__MAX];
+};
+
+static struct floor F;
+static char zero_block[BLK_SIZE];
+
+#define COUNT(op) atomic_fetch_add_explicit(&F.counts[op], 1, memory_order_relaxed)
+#define WRLOCK() pthread_rwlock_wrlock(&F.lock)
+#define RDLOCK() pthread_rwlock_rdlock(&F.lock)
+#define UNLOCK() pthread_rwlock_unlock(&F.lock)
+
+/* ---- inodes ---------------------------------------------------------- */
+
+static void now(struct timespec *ts) { clock_gettime(CLOCK_REALTIME, ts); }
+
+static struct node *node_get(uint64_t ino) {
+        return ino < F.ninodes ? F.inodes[ino] : NULL;
+}
+
+static struct node *node_new(mode_t mode, uid_t uid, gid_t gid) {
+        if (F.next_ino >= F.ninodes) {
+                size_t n = F.ninodes ? F.ninodes * 2 : 1024;
+                struct node **t = realloc(F.inodes, n * sizeof(*t));
+                if (!t)
+                        return NULL;
+                memset(t + F.ninodes, 0, (n - F.ninodes) * sizeof(*t));
+                F.inodes = t;
+                F.ninodes = n;
+        }
+        struct node *n = calloc(1, sizeof(*n));
+        if (!n)
+                return NULL;
+        n->ino = F.next_ino++;
+        n->mode = mode;
+        n->uid = uid;
+        n->gid = gid;
+        n->nlink = S_ISDIR(mode) ? 2 : 1;
+        now(&n->atime);
+        n->mtime = n->ctime = n->atime;
+        F.inodes[n->ino] = n;
+        return n;
+}
+
+/* File data. Block 0 is malloc'd with a capacity that grows (cap0), so a
+ * small file costs its size, not a block. Blocks 1.. come from 2 MiB slabs
+ * backed by transparent huge pages: first-touch page faults on ordinary
+ * memory cost ~5 us per 4 KiB page on this VM (1 GiB written at 130 MB/s
+ * instead of ~1 GB/s), which is not what the floor is meant to measure.
+ * Freed slab blocks go to a free list (zeroed on reuse). All of it runs
+ * under the write lock. */
+#define SLAB_SIZE ((size_t)2 << 20)
+struct slab {
+        struct slab *next;
+        char *mem;
+        size_t used;
+};
+static struct slab *slabs;
+static char *blk_freelist; /* freed blocks */
+static char *blk_zerolist; /* pre-faulted blocks, still zero (-o prealloc) */
+
+/* a new block from the current slab (a new slab when it is full) */
+static char *blk_carve(void) {
+        if (!slabs || slabs->used == SLAB_SIZE) {
+                struct slab *s = calloc(1, sizeof(*s));
+                if (!s)
+                        return NULL;
+                /* map twice the size to carve out a 2 MiB-aligned slab */
+                char *p = mmap(NULL, 2 * SLAB_SIZE, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (p == MAP_FAILED) {
+                        free(s);
+                        return NULL;
+                }
+                char *a = (char *)(((uintptr_t)p + SLAB_SIZE - 1) & ~(uintptr_t)(SLAB_SIZE - 1));
+                if (a > p)
+                        munmap(p, (size_t)(a - p));
+                if (a + SLAB_SIZE < p + 2 * SLAB_SIZE)
+                        munmap(a + SLAB_SIZE, (size_t)(p + 2 * SLAB_SIZE - (a + SLAB_SIZE)));
+                (void)madvise(a, SLAB_SIZE, MADV_HUGEPAGE); /* best effort */
+                s->mem = a;
+                s->next = slabs;
+                slabs = s;
+        }
+        char *b = slabs->mem + slabs->used;
+        slabs->used += BLK_SIZE;
+        return b;
+}
+
+static char *blk_alloc(void) {
+        if (blk_zerolist) {
+                char *b = blk_zerolist;
+                memcpy(&blk_zerolist, b, sizeof(char *));
+                memset(b, 0, sizeof(uintptr_t)); /* the list link */
+                return b;
+        }
+        if (blk_freelist) {
+                char *b = blk_freelist;
+                memcpy(&blk_freelist, b, sizeof(char *));
+                memset(b, 0, BLK_SIZE);
+                return b;
+        }
+        return blk_carve();
+}
+
+/* -o prealloc=MIB: fault in MIB of blocks at start-up (off the clock) */
+static int blk_prealloc(size_t mib) {
+        for (size_t i = 0; i < mib * ((size_t)1 << 20) / BLK_SIZE; i++) {
+                char *b = blk_carve();
+                if (!b)
+                        return -ENOMEM;
+                memset(b, 0, BLK_SIZE); /* the first touch */
+                memcpy(b, &blk_zerolist, sizeof(char *));
+                blk_zerolist = b;
+        }
+        return 0;
+}
+
+static void blk_free(char *b) {
+        memcpy(b, &blk_freelist, sizeof(char *));
+        blk_freelist = b;
+}
+
+/* bytes of block b that hold data (the rest reads as zeroes) */
+static size_t blk_cap(const struct node *n, uint64_t b) {
+        if (b >= n->nblocks || !n->blocks[b])
+                return 0;
+        return b == 0 ? n->cap0 : BLK_SIZE;
+}
+
+static void node_free_data(struct node *n, uint64_t from_block) {
+        for (size_t i = from_block; i < n->nblocks; i++) {
+                if (!n->blocks[i])
+                        continue;
+                if (i == 0)
+                        free(n->blocks[0]);
+                else
+                        blk_free(n->blocks[i]);
+                n->blocks[i] = NULL;
+        }
+        if (from_block == 0)
+                n->cap0 = 0;
+}
+
+static void node_maybe_free(struct node *n) {
+        if (n->nlink > 0 || n->nlookup > 0 || n->ino == FUSE_ROOT_ID)
+                return;
+        node_free_data(n, 0);
+        free(n->blocks);
+        free(n->target);
+        free(n->ents);
+        for (struct xattr *x = n->xattrs, *nx; x; x = nx) {
+                nx = x->next;
+                free(x->value);
+                free(x);
+        }
+        F.inodes[n->ino] = NULL;
+        free(n);
+}
+
+static void fill_stat(const struct node *n, struct stat *st) {
+        memset(st, 0, sizeof(*st));
+        st->st_ino = n->ino;
+        st->st_mode = n->mode;
+        st->st_nlink = n->nlink;
+        st->st_uid = n->uid;
+        st->st_gid = n->gid;
+        st->st_rdev = n->rdev;
+        st->st_size = (off_t)n->size;
+        st->st_blksize = 4096;
+        size_t used = 0;
+        for (size_t i = 0; i < n->nblocks; i++)
+                used += blk_cap(n, i);
+        if (S_ISREG(n->mode) && used > n->size)
+                used = (n->size + 4095) & ~(size_t)4095;
+        st->st_blocks = (blkcnt_t)(used / 512);
+        st->st_atim = n->atime;
+        st->st_mtim = n->mtime;
+        st->st_ctim = n->ctime;
+}
+
+static void fill_entry(struct node *n, struct fuse_entry_param *e) {
+        memset(e, 0, sizeof(*e));
+        e->ino = n->ino;
+        e->attr_timeout = F.timeout;
+        e->entry_timeout = F.timeout;
+        fill_stat(n, &e->attr);
+}
+
+/* ---- names ----------------------------------------------------------- */
+
+static size_t hash_of(uint64_t parent, const char *name, size_t len) {
+        uint64_t h = 1469598103934665603ull ^ (parent * 0x9e3779b97f4a7c15ull);
+        for (size_t i = 0; i < len; i++)
+                h = (h ^ (unsigned char)name[i]) * 1099511628211ull;
+        return (size_t)(h ^ (h >> 29));
+}
+
+static struct dentry **dentry_slot(uint64_t parent, const char *name) {
+        size_t len = strlen(name);
+        struct dentry **p = &F.hash[hash_of(parent, name, len) & (F.hsize - 1)];
+        for (; *p; p = &(*p)->hnext)
+                if ((*p)->parent == parent && (*p)->len == len && memcmp((*p)->name, name, len) == 0)
+                        return p;
+        return p;
+}
+
+static struct node *child_get(uint64_t parent, const char *name) {
+        struct dentry *d = *dentry_slot(parent, name);
+        return d ? node_get(d->ino) : NULL;
+}
+
+static int hash_grow(void) {
+        size_t n = F.hsize * 2;
+        struct dentry **t = calloc(n, sizeof(*t));
+        if (!t)
+                return -ENOMEM;
+        for (size_t i = 0; i < F.hsize; i++)
+                for (struct dentry *d = F.hash[i], *nd; d; d = nd) {
+                        nd = d->hnext;
+                        size_t b = hash_of(d->parent, d->name, d->len) & (n - 1);
+                        d->hnext = t[b];
+                        t[b] = d;
+                }
+        free(F.hash);
+        F.hash = t;
+        F.hsize = n;
+        return 0;
+}
+
+/* Links `child` into `dir` as `name` (which must not exist). */
+static int dentry_add(struct node *dir, const char *name, struct node *child) {
+        size_t len = strlen(name);
+        if (len > 255)
+                return -ENAMETOOLONG;
+        if (F.hcount >= F.hsize && hash_grow() < 0)
+                return -ENOMEM;
+        if (dir->nents == dir->cap) {
+                size_t c = dir->cap ? dir->cap * 2 : 16;
+                struct dentry **e = realloc(dir->ents, c * sizeof(*e));
+                if (!e)
+                        return -ENOMEM;
+                dir->ents = e;
+                dir->cap = c;
+        }
+        struct dentry *d = malloc(sizeof(*d) + len + 1);
+        if (!d)
+                return -ENOMEM;
+        d->parent = dir->ino;
+        d->ino = child->ino;
+        d->len = len;
+        memcpy(d->name, name, len + 1);
+        d->slot = dir->nents;
+        dir->ents[dir->nents++] = d;
+        dir->live++;
+        struct dentry **p = dentry_slot(dir->ino, name);
+        d->hnext = NULL;
+        *p = d;
+        F.hcount++;
+        if (S_ISDIR(child->mode)) {
+                child->parent = dir->ino;
+                dir->nlink++;
+        }
+        return 0;
+}
+
+/* Unlinks the entry *p from `dir`; the child's nlink is the caller's. */
+static void dentry_del(struct node *dir, struct dentry **p) {
+        struct dentry *d = *p;
+        *p = d->hnext;
+        F.hcount--;
+        dir->ents[d->slot] = NULL;
+        if (--dir->live == 0)
+                dir->nents = 0; /* offsets restart only in an empty directory */
+        struct node *child = node_get(d->ino);
+        if (child && S_ISDIR(child->mode))
+                dir->nlink--;
+        free(d);
+}
+
+/* ---- permissions (when the kernel does not check: no default_permissions) */
+
+static bool may(fuse_req_t req, const struct node *n, int mask) {
+        if (F.default_permissions)
+                return true;
+        const struct fuse_ctx *c = fuse_req_ctx(req);
+        if (c->uid == 0)
+                return !(mask & X_OK) || S_ISDIR(n->mode) || (n->mode & 0111);
+        mode_t m = n->mode;
+        int bits = c->uid == n->uid ? (m >> 6) & 7 : c->gid == n->gid ? (m >> 3) & 7 : m & 7;
+        return (bits & mask) == mask;
+}
+
+static bool is_owner(fuse_req_t req, const struct node *n) {
+        const struct fuse_ctx *c = fuse_req_ctx(req);
+        return F.default_permissions || c->uid == 0 || c->uid == n->uid;
+}
+
+/* Sticky directories: only the owner of the entry or the directory may remove it. */
+static bool may_delete(fuse_req_t req, const struct node *dir, const struct node *victim) {
+        if (!may(req, dir, W_OK | X_OK))
+                return false;
+        if (F.default_permissions || !(dir->mode & S_ISVTX))
+                return true;
+        uid_t uid = fuse_req_ctx(req)->uid;
+        return uid == 0 || uid == dir->uid || uid == victim->uid;
+}
+
+/* The caller writes to, truncates or chowns n: drop setuid / setgid. */
+static void kill_priv(fuse_req_t req, struct node *n, bool always) {
+        if (!S_ISREG(n->mode))
+                return;
+        if (!always && fuse_req_ctx(req)->uid == 0)
+                return;
+        n->mode &= ~(mode_t)S_ISUID;
+        if (n->mode & S_IXGRP)
+                n->mode &= ~(mode_t)S_ISGID;
+}
+
+/* ---- init / io ------------------------------------------------------- */
+
+static ssize_t io_read(int fd, void *buf, size_t len, void *ud) { return read(fd, buf, len); }
+
+/* libfuse 3.14 computes the INIT reply flags from conn->want but has no line
+ * for FUSE_CAP_PARALLEL_DIROPS or FUSE_CAP_HANDLE_KILLPRIV (fixed in later
+ * libfuse), so the kernel never sees them. The INIT reply is the first message
+ * the daemon writes; add the two kernel flags to it on the way out. */
+static ssize_t io_writev(int fd, struct iovec *iov, int count, void *ud) {
+        if (!atomic_load(&F.init_seen) && count >= 2 &&
+            iov[0].iov_len == sizeof(struct fuse_out_header) &&
+            iov[1].iov_len >= offsetof(struct fuse_init_out, max_background)) {
+                atomic_store(&F.init_seen, true);
+                struct fuse_out_header *oh = iov[0].iov_base;
+                struct fuse_init_out *io = iov[1].iov_base;
+                if (oh->error == 0)
+                        io->flags |= F.extra_flags;
+        }
+        return writev(fd, iov, count);
+}
+
+static void op_init(void *ud, struct fuse_conn_info *conn) {
+        conn->max_write = MAX_WRITE;
+        conn->max_readahead = MAX_WRITE;
+        conn->want |= conn->capable & (FUSE_CAP_READDIRPLUS | FUSE_CAP_ASYNC_READ |
+                                       FUSE_CAP_PARALLEL_DIROPS | FUSE_CAP_HANDLE_KILLPRIV);
+        conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS_AUTO; /* always plus */
+        if (F.writeback && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
+                conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+        else
+                conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
+        if (!F.nopatch) {
+                if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+                        F.extra_flags |= FUSE_PARALLEL_DIROPS;
+                if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV)
+                        F.extra_flags |= FUSE_HANDLE_KILLPRIV;
+        }
+        /* With no_open the kernel never sends the OPEN that would carry
+         * O_TRUNC, so atomic_o_trunc must be off: the kernel then truncates
+         * with a SETATTR (an open(O_TRUNC) that truncated nothing was the
+         * bug this prevents). */
+        if (!F.open)
+                conn->want &= ~(unsigned)FUSE_CAP_ATOMIC_O_TRUNC;
+        /* FUSE_CAP_NO_OPEN_SUPPORT / NO_OPENDIR_SUPPORT need no flag here: the
+         * kernel stops sending OPEN once one OPEN is answered with ENOSYS. */
+}
+
+/* ---- operations ------------------------------------------------------ */
+
+static void reply_entry_of(fuse_req_t req, struct node *n) {
+        struct fuse_entry_param e;
+        n->nlookup++;
+        fill_entry(n, &e);
+        fuse_reply_entry(req, &e);
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
+        COUNT(OPC_LOOKUP);
+        WRLOCK(); /* nlookup changes */
+        struct node *dir = node_get(parent);
+        int err = 0;
+        if (!dir || !S_ISDIR(dir->mode))
+                err = ENOTDIR;
+        else if (!may(req, dir, X_OK))
+                err = EACCES;
+        else if (strlen(name) > 255)
+                err = ENAMETOOLONG;
+        if (err) {
+                UNLOCK();
+                fuse_reply_err(req, err);
+                return;
+        }
+        struct node *n = strcmp(name, "..") == 0 ? node_get(dir->parent)
+                       : strcmp(name, ".") == 0  ? dir
+                                                 : child_get(parent, name);
+        if (n) {
+                reply_entry_of(req, n);
+        } else {
+                struct fuse_entry_param e = {.ino = 0, .entry_timeout = F.timeout}; /* negative */
+                fuse_reply_entry(req, &e);
+        }
+        UNLOCK();
+}
+
+static void forget_one(fuse_ino_t ino, uint64_t nlookup) {
+        struct node *n = node_get(ino);
+        if (!n)
+                return;
+        n->nlookup = n->nlookup > nlookup ? n->nlookup - nlookup : 0;
+        node_maybe_free(n);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+        COUNT(OPC_FORGET);
+        WRLOCK();
+        forget_one(ino, nlookup);
+        UNLOCK();
+        fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *f) {
+        COUNT(OPC_FORGET);
+        WRLOCK();
+        for (size_t i = 0; i < count; i++)
+                forget_one(f[i].ino, f[i].nlookup);
+        UNLOCK();
+        fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+        COUNT(OPC_GETATTR);
+        RDLOCK();
+        struct node *n = node_get(ino);
+        struct stat st;
+        if (n)
+                fill_stat(n, &st);
+        UNLOCK();
+        if (n)
+                fuse_reply_attr(req, &st, F.timeout);
+        else
+                fuse_reply_err(req, ENOENT);
+}
+
+/* Sets the size of n; frees blocks past the end and zeroes the tail of the last. */
+static int set_size(struct node *n, uint64_t size) {
+        if (size > MAX_FILE_SIZE)
+                return -EFBIG;
+        if (size < n->size) {
+                uint64_t keep = (size + BLK_SIZE - 1) >> BLK_SHIFT;
+                node_free_data(n, keep);
+                size_t off = size & (BLK_SIZE - 1), cap = blk_cap(n, size >> BLK_SHIFT);
+                if (off && off < cap)
+                        memset(n->blocks[size >> BLK_SHIFT] + off, 0, cap - off);
+        }
+        n->size = size;
+        return 0;
+}
+
+static void set_time(struct timespec *dst, const struct timespec *src, bool use_now) {
+        if (use_now)
+                now(dst);
+        else
+                *dst = *src;
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+                       struct fuse_file_info *fi) {
+        COUNT(OPC_SETATTR);
+        WRLOCK();
+        struct node *n = node_get(ino);
+        int err = 0;
+        const struct fuse_ctx *c = fuse_req_ctx(req);
+        if (!n) {
+                err = ENOENT;
+                goto out;
+        }
+        if ((to_set & FUSE_SET_ATTR_MODE) && !is_owner(req, n))
+                err = EPERM;
+        if ((to_set & FUSE_SET_ATTR_UID) && !F.default_permissions && c->uid != 0 &&
+            attr->st_uid != n->uid)
+                err = EPERM;
+        if ((to_set & FUSE_SET_ATTR_GID) && !F.default_permissions && c->uid != 0 &&
+            (c->uid != n->uid || attr->st_gid != c->gid))
+                err = EPERM;
+        if ((to_set & FUSE_SET_ATTR_SIZE) && fi == NULL && !may(req, n, W_OK))
+                err = EACCES;
+        if ((to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)) && !is_owner(req, n))
+                err = EPERM;
+        if ((to_set & (FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW)) &&
+            !is_owner(req, n) && !may(req, n, W_OK))
+                err = EACCES;
+        if (err)
+                goto out;
+        if (to_set & FUSE_SET_ATTR_SIZE) {
+                if (!S_ISREG(n->mode)) {
+                        err = S_ISDIR(n->mode) ? EISDIR : EINVAL;
+                        goto out;
+                }
+                int r = set_size(n, (uint64_t)attr->st_size);
+                if (r < 0) {
+                        err = -r;
+                        goto out;
+                }
+                kill_priv(req, n, false);
+                now(&n->mtime);
+        }
+        if (to_set & FUSE_SET_ATTR_MODE)
+                n->mode = (n->mode & S_IFMT) | (attr->st_mode & 07777);
+        if (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
+                if (to_set & FUSE_SET_ATTR_UID)
+                        n->uid = attr->st_uid;
+                if (to_set & FUSE_SET_ATTR_GID)
+                        n->gid = attr->st_gid;
+                if (!(to_set & FUSE_SET_ATTR_MODE))
+                        kill_priv(req, n, true);
+        }
+        if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW))
+                set_time(&n->atime, &attr->st_atim, to_set & FUSE_SET_ATTR_ATIME_NOW);
+        if (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW))
+                set_time(&n->mtime, &attr->st_mtim, to_set & FUSE_SET_ATTR_MTIME_NOW);
+        if (to_set & FUSE_SET_ATTR_CTIME)
+                n->ctime = attr->st_ctim;
+        else
+                now(&n->ctime);
+out:;
+        struct stat st;
+        if (!err)
+                fill_stat(n, &st);
+        UNLOCK();
+        if (err)
+                fuse_reply_err(req, err);
+        else
+                fuse_reply_attr(req, &st, F.timeout);
+}
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino) {
+        COUNT(OPC_READLINK);
+        RDLOCK();
+        struct node *n = node_get(ino);
+        char *t = n && n->target ? strdup(n->target) : NULL;
+        UNLOCK();
+        if (!n || !S_ISLNK(n->mode))
+                fuse_reply_err(req, EINVAL);
+        else if (!t)
+                fuse_reply_err(req, ENOMEM);
+        else
+                fuse_reply_readlink(req, t);
+        free(t);
+}
+
+/* Creates a node in parent; returns it (with the lock held by the caller) or sets *err. */
+static struct node *make_node(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                              dev_t rdev, const char *target, int *err) {
+        struct node *dir = node_get(parent);
+        const struct fuse_ctx *c = fuse_req_ctx(req);
+        *err = 0;
+        if (!dir || !S_ISDIR(dir->mode))
+                *err = ENOTDIR;
+        else if (dir->nlink == 0)
+                *err = ENOENT;
+        else if (!may(req, dir, W_OK | X_OK))
+                *err = EACCES;
+        else if (strlen(name) > 255)
+                *err = ENAMETOOLONG;
+        else if (child_get(parent, name))
+                *err = EEXIST;
+        if (*err)
+                return NULL;
+        gid_t gid = (dir->mode & S_ISGID) ? dir->gid : c->gid;
+        if ((dir->mode & S_ISGID) && S_ISDIR(mode))
+                mode |= S_ISGID;
+        struct node *n = node_new(mode, c->uid, gid);
+        if (!n) {
+                *err = ENOMEM;
+                return NULL;
+        }
+        n->rdev = rdev;
+        if (target && !(n->target = strdup(target))) {
+                *err = ENOMEM;
+        } else {
+                int r = dentry_add(dir, name, n);
+                if (r < 0)
+                        *err = -r;
+        }
+        if (*err) {
+                n->nlink = 0;
+                node_maybe_free(n);
+                return NULL;
+        }
+        if (target)
+                n->size = strlen(target);
+        now(&dir->mtime);
+        dir->ctime = dir->mtime;
+        return n;
+}
+
+static void reply_new(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                      dev_t rdev, const char *target) {
+        int err;
+        WRLOCK();
+        struct node *n = make_node(req, parent, name, mode, rdev, target, &err);
+        if (n)
+                reply_entry_of(req, n);
+        UNLOCK();
+        if (!n)
+                fuse_reply_err(req, err);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev) {
+        COUNT(OPC_MKNOD);
+        reply_new(req, parent, name, mode, rdev, NULL);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode) {
+        COUNT(OPC_MKDIR);
+        reply_new(req, parent, name, S_IFDIR | (mode & 07777), 0, NULL);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name) {
+        COUNT(OPC_SYMLINK);
+        if (strlen(link) >= 4096) {
+                fuse_reply_err(req, ENAMETOOLONG);
+                return;
+        }
+        reply_new(req, parent, name, S_IFLNK | 0777, 0, link);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                      struct fuse_file_info *fi) {
+        COUNT(OPC_CREATE);
+        if (F.nocreate) { /* the kernel falls back to MKNOD (+ OPEN, which is ENOSYS) */
+                fuse_reply_err(req, ENOSYS);
+                return;
+        }
+        int err;
+        WRLOCK();
+        struct node *n = make_node(req, parent, name, S_IFREG | (mode & 07777), 0, NULL, &err);
+        if (n) {
+                struct fuse_entry_param e;
+                n->nlookup++;
+                fill_entry(n, &e);
+                fi->fh = 0;
+                fi->keep_cache = 1;
+                fuse_reply_create(req, &e, fi);
+        }
+        UNLOCK();
+        if (!n)
+                fuse_reply_err(req, err);
+}
+
+static int do_unlink(fuse_req_t req, fuse_ino_t parent, const char *name, bool isdir) {
+        struct node *dir = node_get(parent);
+        if (!dir || !S_ISDIR(dir->mode))
+                return ENOTDIR;
+        struct dentry **p = dentry_slot(parent, name);
+        struct node *n = *p ? node_get((*p)->ino) : NULL;
+        if (!n)
+                return ENOENT;
+        if (!may_delete(req, dir, n))
+                return EACCES;
+        if (isdir && !S_ISDIR(n->mode))
+                return ENOTDIR;
+        if (!isdir && S_ISDIR(n->mode))
+                return EISDIR;
+        if (isdir && n->live > 0)
+                return ENOTEMPTY;
+        dentry_del(dir, p);
+        n->nlink = isdir ? 0 : n->nlink - 1;
+        now(&n->ctime);
+        dir->mtime = dir->ctime = n->ctime;
+        node_maybe_free(n);
+        return 0;
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
+        COUNT(OPC_UNLINK);
+        WRLOCK();
+        int err = do_unlink(req, parent, name, false);
+        UNLOCK();
+        fuse_reply_err(req, err);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name) {
+        COUNT(OPC_RMDIR);
+        WRLOCK();
+        int err = do_unlink(req, parent, name, true);
+        UNLOCK();
+        fuse_reply_err(req, err);
+}
+
+/* true if `anc` is `ino` or one of its ancestors */
+static bool is_ancestor(uint64_t anc, uint64_t ino) {
+        for (struct node *n = node_get(ino); n; n = node_get(n->parent)) {
+                if (n->ino == anc)
+                        return true;
+                if (n->ino == FUSE_ROOT_ID)
+                        break;
+        }
+        return false;
+}
+
+static int do_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+                     const char *newname, unsigned flags) {
+        struct node *sd = node_get(parent), *dd = node_get(newparent);
+        if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE))
+                return EINVAL;
+        if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))
+                return EINVAL;
+        if (!sd || !dd || !S_ISDIR(sd->mode) || !S_ISDIR(dd->mode))
+                return ENOTDIR;
+        if (strlen(newname) > 255)
+                return ENAMETOOLONG;
+        struct dentry **sp = dentry_slot(parent, name);
+        struct node *src = *sp ? node_get((*sp)->ino) : NULL;
+        if (!src)
+                return ENOENT;
+        struct dentry **dp = dentry_slot(newparent, newname);
+        struct node *dst = *dp ? node_get((*dp)->ino) : NULL;
+        if (!may_delete(req, sd, src) || !may(req, dd, W_OK | X_OK))
+                return EACCES;
+        if (dst && !may_delete(req, dd, dst))
+                return EACCES;
+        if (src == dst)
+                return 0;
+        if (S_ISDIR(src->mode) && is_ancestor(src->ino, newparent))
+                return EINVAL;
+        if (flags & RENAME_EXCHANGE) {
+                if (!dst)
+                        return ENOENT;
+                if (S_ISDIR(dst->mode) && is_ancestor(dst->ino, parent))
+                        return EINVAL;
+                /* swap the inodes the two entries name */
+                (*sp)->ino = dst->ino;
+                (*dp)->ino = src->ino;
+                if (S_ISDIR(src->mode) != S_ISDIR(dst->mode) && sd != dd) {
+                        int d = S_ISDIR(src->mode) ? 1 : -1;
+                        dd->nlink += d;
+                        sd->nlink -= d;
+                }
+                if (S_ISDIR(src->mode))
+                        src->parent = dd->ino;
+                if (S_ISDIR(dst->mode))
+                        dst->parent = sd->ino;
+        } else {
+                if (dst) {
+                        if (flags & RENAME_NOREPLACE)
+                                return EEXIST;
+                        if (S_ISDIR(src->mode) && !S_ISDIR(dst->mode))
+                                return ENOTDIR;
+                        if (!S_ISDIR(src->mode) && S_ISDIR(dst->mode))
+                                return EISDIR;
+                        if (S_ISDIR(dst->mode) && dst->live > 0)
+                                return ENOTEMPTY;
+                }
+                if (F.hcount >= F.hsize) { /* dentry_add may grow: do it before any change */
+                        if (hash_grow() < 0)
+                                return ENOMEM;
+                        sp = dentry_slot(parent, name);
+                        dp = dentry_slot(newparent, newname);
+                }
+                if (dd->nents == dd->cap) {
+                        size_t c = dd->cap ? dd->cap * 2 : 16;
+                        struct dentry **e = realloc(dd->ents, c * sizeof(*e));
+                        if (!e)
+                                return ENOMEM;
+                        dd->ents = e;
+                        dd->cap = c;
+                }
+                if (dst) {
+                        dentry_del(dd, dp);
+                        dst->nlink = S_ISDIR(dst->mode) ? 0 : dst->nlink - 1;
+                        now(&dst->ctime);
+                        node_maybe_free(dst);
+                }
+                sp = dentry_slot(parent, name);
+                dentry_del(sd, sp);
+                if (dentry_add(dd, newname, src) < 0) /* cannot fail: space reserved above */
+                        return ENOMEM;
+        }
+        now(&src->ctime);
+        sd->mtime = sd->ctime = dd->mtime = dd->ctime = src->ctime;
+        return 0;
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+                      const char *newname, unsigned int flags) {
+        COUNT(OPC_RENAME);
+        WRLOCK();
+        int err = do_rename(req, parent, name, newparent, newname, flags);
+        UNLOCK();
+        fuse_reply_err(req, err);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname) {
+        COUNT(OPC_LINK);
+        WRLOCK();
+        struct node *n = node_get(ino), *dir = node_get(newparent);
+        int err = 0;
+        if (!n)
+                err = ENOENT;
+        else if (S_ISDIR(n->mode))
+                err = EPERM;
+        else if (!dir || !S_ISDIR(dir->mode))
+                err = ENOTDIR;
+        else if (!may(req, dir, W_OK | X_OK))
+                err = EACCES;
+        else if (child_get(newparent, newname))
+                err = EEXIST;
+        else
+                err = -dentry_add(dir, newname, n);
+        if (!err) {
+                n->nlink++;
+                now(&n->ctime);
+                dir->mtime = dir->ctime = n->ctime;
+                reply_entry_of(req, n);
+        }
+        UNLOCK();
+        if (err)
+                fuse_reply_err(req, err);
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+        COUNT(OPC_OPEN);
+        if (!F.open) {
+                fuse_reply_err(req, ENOSYS); /* the kernel stops sending OPEN */
+                return;
+        }
+        RDLOCK();
+        struct node *n = node_get(ino);
+        int acc = fi->flags & O_ACCMODE;
+        int mask = acc == O_RDONLY ? R_OK : acc == O_WRONLY ? W_OK : R_OK | W_OK;
+        int err = !n ? ENOENT : !may(req, n, mask) ? EACCES : 0;
+        UNLOCK();
+        if (!err && (fi->flags & O_TRUNC)) {
+                WRLOCK();
+                n = node_get(ino);
+                if (n && S_ISREG(n->mode)) {
+                        set_size(n, 0);
+                        now(&n->mtime);
+                        n->ctime = n->mtime;
+                }
+                UNLOCK();
+        }
+        fi->keep_cache = 1;
+        if (err)
+                fuse_reply_err(req, err);
+        else
+                fuse_reply_open(req, fi);
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+        COUNT(OPC_OPENDIR);
+        if (!F.opendir) {
+                fuse_reply_err(req, ENOSYS);
+                return;
+        }
+        RDLOCK();
+        struct node *n = node_get(ino);
+        int err = !n ? ENOENT : !S_ISDIR(n->mode) ? ENOTDIR : !may(req, n, R_OK) ? EACCES : 0;
+        UNLOCK();
+        fi->cache_readdir = 1;
+        fi->keep_cache = 1;
+        if (err)
+                fuse_reply_err(req, err);
+        else
+                fuse_reply_open(req, fi);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+        COUNT(OPC_RELEASE);
+        fuse_reply_err(req, 0);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+        COUNT(OPC_RELEASEDIR);
+        fuse_reply_err(req, 0);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi) {
+        COUNT(OPC_READ);
+        struct iovec iov[MAX_WRITE / BLK_SIZE + 3];
+        int cnt = 0;
+        if (size > MAX_WRITE)
+                size = MAX_WRITE;
+        RDLOCK();
+        struct node *n = node_get(ino);
+        if (!n || S_ISDIR(n->mode)) {
+                UNLOCK();
+                fuse_reply_err(req, n ? EISDIR : ENOENT);
+                return;
+        }
+        uint64_t pos = (uint64_t)off, end = pos + size;
+        if (end > n->size)
+                end = n->size;
+        while (pos < end) {
+                uint64_t b = pos >> BLK_SHIFT;
+                size_t boff = pos & (BLK_SIZE - 1);
+                size_t len = (size_t)NTFS_MIN((uint64_t)(BLK_SIZE - boff), end - pos);
+                size_t cap = blk_cap(n, b);
+                if (boff < cap)
+                        len = NTFS_MIN(len, cap - boff);
+                iov[cnt].iov_base = boff < cap ? n->blocks[b] + boff : zero_block;
+                iov[cnt].iov_len = len;
+                cnt++;
+                pos += len;
+        }
+        fuse_reply_iov(req, iov, cnt); /* copies under the lock */
+        UNLOCK();
+}
+
+static int ensure_blocks(struct node *n, uint64_t nb) {
+        if (nb <= n->nblocks)
+                return 0;
+        size_t c = n->nblocks ? n->nblocks : 16;
+        while (c < nb)
+                c *= 2;
+        char **t = realloc(n->blocks, c * sizeof(*t));
+        if (!t)
+                return -ENOMEM;
+        memset(t + n->nblocks, 0, (c - n->nblocks) * sizeof(*t));
+        n->blocks = t;
+        n->nblocks = c;
+        return 0;
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+                     struct fuse_file_info *fi) {
+        COUNT(OPC_WRITE);
+        WRLOCK();
+        struct node *n = node_get(ino);
+        int err = 0;
+        uint64_t pos = (uint64_t)off;
+        if (!n)
+                err = ENOENT;
+        else if (!S_ISREG(n->mode))
+                err = EINVAL;
+        else if (off < 0 || pos + size > MAX_FILE_SIZE)
+                err = EFBIG;
+        else if (size > 0)
+                err = -ensure_blocks(n, ((pos + size - 1) >> BLK_SHIFT) + 1);
+        for (size_t done = 0; !err && done < size;) {
+                uint64_t b = pos >> BLK_SHIFT;
+                size_t boff = pos & (BLK_SIZE - 1);
+                size_t len = NTFS_MIN(BLK_SIZE - boff, size - done);
+                if (b == 0 && n->cap0 < boff + len) { /* grow block 0 */
+                        size_t c = NTFS_MAX(boff + len, n->cap0 * 2);
+                        c = NTFS_MIN((c + 63) & ~(size_t)63, BLK_SIZE);
+                        char *nb = realloc(n->blocks[0], c);
+                        if (!nb) {
+                                err = ENOMEM;
+                                break;
+                        }
+                        memset(nb + n->cap0, 0, c - n->cap0);
+                        n->blocks[0] = nb;
+                        n->cap0 = c;
+                } else if (!n->blocks[b] && !(n->blocks[b] = blk_alloc())) {
+                        err = ENOMEM;
+                        break;
+                }
+                memcpy(n->blocks[b] + boff, buf + done, len);
+                done += len;
+                pos += len;
+        }
+        if (!err) {
+                if (pos > n->size)
+                        n->size = pos;
+                kill_priv(req, n, false);
+                now(&n->mtime);
+                n->ctime = n->mtime;
+        }
+        UNLOCK();
+        if (err)
+                fuse_reply_err(req, err);
+        else
+                fuse_reply_write(req, size);
+}
+
+static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+                         struct fuse_file_info *fi) {
+        COUNT(OPC_FALLOCATE);
+        if (mode != 0) {
+                fuse_reply_err(req, EOPNOTSUPP);
+                return;
+        }
+        WRLOCK();
+        struct node *n = node_get(ino);
+        int err = !n ? ENOENT : !S_ISREG(n->mode) ? ENODEV : off < 0 || len <= 0 ? EINVAL : 0;
+        uint64_t end = (uint64_t)off + (uint64_t)len;
+        if (!err && end > MAX_FILE_SIZE)
+                err = EFBIG;
+        if (!err && end > n->size) {
+                n->size = end; /* holes read as zeroes; blocks come on write */
+                now(&n->ctime);
+        }
+        UNLOCK();
+        fuse_reply_err(req, err);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+        COUNT(OPC_FLUSH);
+        fuse_reply_err(req, F.flush ? 0 : ENOSYS); /* ENOSYS: no FLUSH per close() any more */
+}
+
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi) {
+        COUNT(OPC_FSYNC);
+        fuse_reply_err(req, 0); /* memory is as durable as the floor gets */
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
+        COUNT(plus ? OPC_READDIRPLUS : OPC_READDIR);
+        if (size > 128 * 1024)
+                size = 128 * 1024;
+        char *buf = malloc(size);
+        if (!buf) {
+                fuse_reply_err(req, ENOMEM);
+                return;
+        }
+        size_t used = 0;
+        WRLOCK(); /* readdirplus takes lookup references */
+        struct node *dir = node_get(ino);
+        if (!dir || !S_ISDIR(dir->mode)) {
+                UNLOCK();
+                free(buf);
+                fuse_reply_err(req, ENOTDIR);
+                return;
+        }
+        /* offsets: 1 = ".", 2 = "..", 2+i+1 = ents[i] */
+        for (uint64_t o = (uint64_t)off; o < dir->nents + 2; o++) {
+                struct node *n;
+                const char *name;
+                if (o == 0) {
+                        n = dir, name = ".";
+                } else if (o == 1) {
+                        n = node_get(dir->parent), name = "..";
+                        if (!n)
+                                n = dir;
+                } else {
+                        struct dentry *d = dir->ents[o - 2];
+                        if (!d)
+                                continue;
+                        n = node_get(d->ino);
+                        name = d->name;
+                }
+                size_t need;
+                if (plus) {
+                        struct fuse_entry_param e;
+                        fill_entry(n, &e);
+                        need = fuse_add_direntry_plus(req, buf + used, size - used, name, &e,
+                                                      (off_t)o + 1);
+                        if (need > size - used)
+                                break;
+                        if (o >= 2) /* the kernel keeps no reference for . and .. */
+                                n->nlookup++;
+                } else {
+                        struct stat st = {.st_ino = n->ino, .st_mode = n->mode};
+                        need = fuse_add_direntry(req, buf + used, size - used, name, &st,
+                                                 (off_t)o + 1);
+                        if (need > size - used)
+                                break;
+                }
+                used += need;
+        }
+        UNLOCK();
+        fuse_reply_buf(req, buf, used);
+        free(buf);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                       struct fuse_file_info *fi) {
+        do_readdir(req, ino, size, off, false);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                           struct fuse_file_info *fi) {
+        do_readdir(req, ino, size, off, true);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino) {
+        COUNT(OPC_STATFS);
+        struct statvfs sv = {
+                .f_bsize = 4096, .f_frsize = 4096,
+                .f_blocks = (MAX_FILE_SIZE * 16) / 4096, .f_bfree = (MAX_FILE_SIZE * 16) / 4096,
+                .f_bavail = (MAX_FILE_SIZE * 16) / 4096, .f_files = 1u << 30,
+                .f_ffree = 1u << 30, .f_favail = 1u << 30, .f_namemax = 255,
+        };
+        fuse_reply_statfs(req, &sv);
+}
+
+static struct xattr **xattr_find(struct node *n, const char *name) {
+        struct xattr **p = &n->xattrs;
+        while (*p && strcmp((*p)->name, name) != 0)
+                p = &(*p)->next;
+        return p;
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+                        size_t size, int flags) {
+        COUNT(OPC_SETXATTR);
+        if (size > MAX_XATTR_SIZE || strlen(name) > 255) {
+                fuse_reply_err(req, size > MAX_XATTR_SIZE ? E2BIG : ERANGE);
+                return;
+        }
+        WRLOCK();
+        struct node *n = node_get(ino);
+        int err = 0;
+        struct xattr **p = n ? xattr_find(n, name) : NULL;
+        if (!n)
+                err = ENOENT;
+        else if (!is_owner(req, n))
+                err = EPERM;
+        else if ((flags & XATTR_CREATE) && *p)
+                err = EEXIST;
+        else if ((flags & XATTR_REPLACE) && !*p)
+                err = ENODATA;
+        if (!err) {
+                char *v = malloc(size ? size : 1);
+                if (!v) {
+                        err = ENOMEM;
+                } else {
+                        memcpy(v, value, size);
+                        if (!*p) {
+                                size_t nl = strlen(name);
+                                struct xattr *x = calloc(1, sizeof(*x) + nl + 1);
+                                if (!x) {
+                                        free(v);
+                                        err = ENOMEM;
+                                        goto out;
+                                }
+                                memcpy(x->name, name, nl + 1);
+                                *p = x;
+                        }
+                        free((*p)->value);
+                        (*p)->value = v;
+                        (*p)->size = size;
+                        now(&n->ctime);
+                }
+        }
+out:
+        UNLOCK();
+        fuse_reply_err(req, err);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size) {
+        COUNT(OPC_GETXATTR);
+        RDLOCK();
+        struct node *n = node_get(ino);
+        struct xattr *x = n ? *xattr_find(n, name) : NULL;
+        if (!n)
+                fuse_reply_err(req, ENOENT);
+        else if (!x)
+                fuse_reply_err(req, ENODATA);
+        else if (size == 0)
+                fuse_reply_xattr(req, x->size);
+        else if (size < x->size)
+                fuse_reply_err(req, ERANGE);
+        else
+                fuse_reply_buf(req, x->value, x->size);
+        UNLOCK();
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+        COUNT(OPC_LISTXATTR);
+        RDLOCK();
+        struct node *n = node_get(ino);
+        size_t total = 0;
+        for (struct xattr *x = n ? n->xattrs : NULL; x; x = x->next)
+                total += strlen(x->name) + 1;
+        char *buf = total && size >= total ? malloc(total) : NULL;
+        if (buf) {
+                size_t o = 0;
+                for (struct xattr *x = n->xattrs; x; x = x->next) {
+                        size_t l = strlen(x->name) + 1;
+                        memcpy(buf + o, x->name, l);
+                        o += l;
+                }
+        }
+        UNLOCK();
+        if (!n)
+                fuse_reply_err(req, ENOENT);
+        else if (size == 0)
+                fuse_reply_xattr(req, total);
+        else if (size < total)
+                fuse_reply_err(req, ERANGE);
+        else if (total && !buf)
+                fuse_reply_err(req, ENOMEM);
+        else
+                fuse_reply_buf(req, buf, total);
+        free(buf);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name) {
+        COUNT(OPC_REMOVEXATTR);
+        WRLOCK();
+        struct node *n = node_get(ino);
+        struct xattr **p = n ? xattr_find(n, name) : NULL;
+        int err = !n ? ENOENT : !is_owner(req, n) ? EPERM : !*p ? ENODATA : 0;
+        if (!err) {
+                struct xattr *x = *p;
+                *p = x->next;
+                free(x->value);
+                free(x);
+                now(&n->ctime);
+        }
+        UNLOCK();
+        fuse_reply_err(req, err);
+}
+
+static void op_access(fuse_req_t req, fuse_ino_t ino, int mask) {
+        COUNT(OPC_ACCESS);
+        RDLOCK();
+        struct node *n = node_get(ino);
+        int err = !n ? ENOENT : (mask != F_OK && !may(req, n, mask)) ? EACCES : 0;
+        UNLOCK();
+        fuse_reply_err(req, err);
+}
+
+static const struct fuse_lowlevel_ops floor_ops = {
+        .init = op_init,
+        .lookup = op_lookup,
+        .forget = op_forget,
+        .forget_multi = op_forget_multi,
+        .getattr = op_getattr,
+        .setattr = op_setattr,
+        .readlink = op_readlink,
+        .mknod = op_mknod,
+        .mkdir = op_mkdir,
+        .unlink = op_unlink,
+        .rmdir = op_rmdir,
+        .symlink = op_symlink,
+        .rename = op_rename,
+        .link = op_link,
+        .open = op_open,
+        .read = op_read,
+        .write = op_write,
+        .flush = op_flush,
+        .release = op_release,
+        .fsync = op_fsync,
+        .opendir = op_opendir,
+        .readdir = op_readdir,
+        .readdirplus = op_readdirplus,
+        .releasedir = op_releasedir,
+        .fsyncdir = op_fsync,
+        .statfs = op_statfs,
+        .setxattr = op_setxattr,
+        .getxattr = op_getxattr,
+        .listxattr = op_listxattr,
+        .removexattr = op_removexattr,
+        .access = op_access,
+        .create = op_create,
+        .fallocate = op_fallocate,
+};
+
+/* ---- setup ----------------------------------------------------------- */
+
+static int floor_init(void) {
+        if (pthread_rwlock_init(&F.lock, NULL) != 0)
+                return -ENOMEM;
+        F.hsize = 1024;
+        F.hash = calloc(F.hsize, sizeof(*F.hash));
+        F.next_ino = FUSE_ROOT_ID;
+        if (!F.hash)
+                return -ENOMEM;
+        struct node *root = node_new(S_IFDIR | 0755, getuid(), getgid());
+        if (!root)
+                return -ENOMEM;
+        root->parent = FUSE_ROOT_ID;
+        return 0;
+}
+
+static void floor_destroy(void) {
+        for (size_t i = 0; i < F.hsize; i++)
+                for (struct dentry *d = F.hash ? F.hash[i] : NULL, *nd; d; d = nd) {
+                        nd = d->hnext;
+                        free(d);
+                }
+        free(F.hash);
+        for (size_t i = 0; i < F.ninodes; i++) {
+                struct node *n = F.inodes[i];
+                if (!n)
+                        continue;
+                node_free_data(n, 0);
+                free(n->blocks);
+                free(n->target);
+                free(n->ents);
+                for (struct xattr *x = n->xattrs, *nx; x; x = nx) {
+                        nx = x->next;
+                        free(x->value);
+                        free(x);
+                }
+                free(n);
+                F.inodes[i] = NULL;
+        }
+        free(F.inodes);
+        for (struct slab *sl = slabs, *ns; sl; sl = ns) {
+                ns = sl->next;
+                munmap(sl->mem, SLAB_SIZE);
+                free(sl);
+        }
+        pthread_rwlock_destroy(&F.lock);
+}
+
+static void write_stats(void) {
+        if (!F.stats)
+                return;
+        FILE *f = fopen(F.stats, "we");
+        if (!f) {
+                fprintf(stderr, "fusefloor: %s: %m\n", F.stats);
+                return;
+        }
+        for (int i = 0; i < OPC__MAX; i++)
+                fprintf(f, "%s %llu\n", st_names[i], (unsigned long long)atomic_load(&F.counts[i]));
+        if (fclose(f) != 0)
+                fprintf(stderr, "fusefloor: %s: %m\n", F.stats);
+}
+
+#define FLOOR_OPT(t, p) {t, offsetof(struct floor, p), 1}
+static const struct fuse_opt floor_opts[] = {
+        FLOOR_OPT("writeback", writeback),
+        FLOOR_OPT("open", open),
+        FLOOR_OPT("opendir", opendir),
+        FLOOR_OPT("nopatch", nopatch),
+        FLOOR_OPT("flush", flush),
+        FLOOR_OPT("nocreate", nocreate),
+        {"timeout=%lf", offsetof(struct floor, timeout), 0},
+        {"prealloc=%u", offsetof(struct floor, prealloc), 0},
+        {"stats=%s", offsetof(struct floor, stats), 0},
+        FUSE_OPT_END,
+};
+
+static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs) {
+        if (strcmp(arg, "default_permissions") == 0)
+                F.default_permissions = 1;
+        return 1; /* keep it for libfuse */
+}
+
+static void usage(const char *prog) {
+        printf("usage: %s MOUNTPOINT [-f] [-d] [-s] [-o opts]\n"
+               "floor options: writeback, open, opendir, flush, nocreate, nopatch, timeout=SECS,\n"
+               "               prealloc=MIB, stats=PATH,\n"
+               "               default_permissions (else the daemon checks modes)\n",
+               prog);
+        fuse_lowlevel_help();
+}
+
+int main(int argc, char *argv[]) {
+        struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+        struct fuse_cmdline_opts cmd = {0};
+        struct fuse_session *se = NULL;
+        struct fuse_loop_config *cfg = NULL;
+        int ret = 1;
+
+        F.timeout = 1.0;
+        if (fuse_opt_parse(&args, &F, floor_opts, opt_proc) != 0 ||
+            fuse_parse_cmdline(&args, &cmd) != 0)
+                goto out_args;
+        if (cmd.show_help || !cmd.mountpoint) {
+                usage(argv[0]);
+                ret = cmd.show_help ? 0 : 2;
+                goto out_args;
+        }
+        if (cmd.show_version) {
+                fuse_lowlevel_version();
+                ret = 0;
+                goto out_args;
+        }
+        if (!(F.timeout >= 0 && F.timeout <= 86400 * 365)) {
+                fprintf(stderr, "fusefloor: bad timeout\n");
+                goto out_args;
+        }
+        if (fuse_opt_add_arg(&args, "-ofsname=fusefloor,subtype=fusefloor") != 0)
+                goto out_args;
+        if (F.prealloc > 65536) {
+                fprintf(stderr, "fusefloor: prealloc is at most 65536 MiB\n");
+                goto out_args;
+        }
+        if (floor_init() < 0 || blk_prealloc(F.prealloc) < 0) {
+                fprintf(stderr, "fusefloor: out of memory\n");
+                goto out_floor;
+        }
+        se = fuse_session_new(&args, &floor_ops, sizeof(floor_ops), &F);
+        if (!se)
+                goto out_floor;
+        if (fuse_set_signal_handlers(se) != 0)
+                goto out_session;
+        if (fuse_session_mount(se, cmd.mountpoint) != 0)
+                goto out_signals;
+        static const struct fuse_custom_io io = {.writev = io_writev, .read = io_read};
+        if (fuse_session_custom_io(se, &io, fuse_session_fd(se)) != 0) {
+                fprintf(stderr, "fusefloor: cannot install the INIT patch\n");
+                goto out_unmount;
+        }
+        if (fuse_daemonize(cmd.foreground) != 0)
+                goto out_unmount;
+        if (cmd.singlethread) {
+                ret = fuse_session_loop(se);
+        } else {
+                cfg = fuse_loop_cfg_create();
+                if (!cfg)
+                        goto out_unmount;
+                fuse_loop_cfg_set_clone_fd(cfg, cmd.clone_fd);
+                if (cmd.max_idle_threads != UINT_MAX) /* UINT_MAX: not given */
+                        fuse_loop_cfg_set_idle_threads(cfg, cmd.max_idle_threads);
+                fuse_loop_cfg_set_max_threads(cfg, cmd.max_threads ? cmd.max_threads : 10);
+                ret = fuse_session_loop_mt(se, cfg);
+        }
+        ret = ret == 0 ? 0 : 1;
+        write_stats();
+out_unmount:
+        fuse_session_unmount(se);
+out_signals:
+        fuse_remove_signal_handlers(se);
+out_session:
+        fuse_session_destroy(se);
+out_floor:
+        floor_destroy();
+out_args:
+        fuse_loop_cfg_destroy(cfg);
+        free(cmd.mountpoint);
+        free(F.stats);
+        fuse_opt_free_args(&args);
+        return ret;
+}
