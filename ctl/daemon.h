@@ -93,6 +93,14 @@ int d_checkpoint(const char *name, const char *msg, const char *effect, ntfs_has
 
 /* routes-exec.c: one journaled, policed, jailed tool call */
 const char *d_class_name(enum ntfs_effect_class c);
+/* Policy L1 + L2 for one call of tool in session: checks the persistent
+ * counters (journal) and the workspace size (store), charges the call
+ * counters, and gives the limits to run it with. -NTFS_EDENIED,
+ * -NTFS_EQUOTA (why names the rule), -NTFS_ENOTFOUND. */
+int d_policy_admit(const char *session, const char *tool, uint64_t *ret_timeout_ms, uint64_t *ret_output_limit,
+                   char *why, size_t whylen);
+/* Adds a finished call's exec time and output to the session's counters. */
+void d_policy_charge(const char *session, uint64_t exec_ms, uint64_t output_bytes);
 int d_run_tool(const char *session, const char *tool, const char *command, const char *key, double timeout_s,
                json_t **ret, char *why, size_t whylen);
 void d_conn_free(void *ud, void *data);

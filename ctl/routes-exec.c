@@ -14,6 +14,7 @@
 
 #include "common/cleanup.h"
 #include "common/err.h"
+#include "common/fault.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "ctl/daemon.h"
@@ -67,6 +68,64 @@ const char *d_class_name(enum ntfs_effect_class c) {
         }
 }
 
+/* The session's quota usage: persistent counters from the journal plus the
+ * workspace's current size from the store. */
+static void load_usage(const char *session, struct ntfs_quota_usage *u) {
+        memset(u, 0, sizeof *u);
+        json_t *counters = NULL;
+        if (ntfs_journal_quota_get_all(D.j, session, &counters) == 0 && json_is_object(counters)) {
+                const char *k;
+                json_t *v;
+                json_object_foreach(counters, k, v) {
+                        if (json_is_integer(v) && json_integer_value(v) >= 0)
+                                (void)ntfs_quota_usage_set(u, k, (uint64_t)json_integer_value(v));
+                }
+        }
+        json_decref(counters);
+        struct ntfs_session_info si;
+        if (ntfs_session_get(D.st, session, &si) == 0) {
+                u->workspace_bytes = si.bytes;
+                u->workspace_inodes = si.inodes;
+        }
+}
+
+int d_policy_admit(const char *session, const char *tool, uint64_t *ret_timeout_ms, uint64_t *ret_output_limit,
+                   char *why, size_t whylen) {
+        struct ntfs_quota_usage usage;
+        load_usage(session, &usage);
+        int r = ntfs_policy_check_call(D.pol, NULL, tool, &usage, why, whylen);
+        if (r < 0)
+                return r;
+        uint64_t t = 0, o = 0;
+        if ((r = ntfs_policy_call_limits(D.pol, NULL, tool, &usage, &t, &o)) < 0) {
+                snprintf(why, whylen, "policy: %s", ntfs_strerror(r));
+                return r;
+        }
+        /* Charge the call counters before it runs: a crash may over-count,
+         * never under-count (docs/journal.md). */
+        const char *ctr[NTFS_POLICY_MAX_CALL_COUNTERS];
+        int n = ntfs_policy_call_counters(tool, ctr);
+        for (int i = 0; i < n; i++) {
+                r = ntfs_journal_quota_add(D.j, session, ctr[i], 1, -1, NULL);
+                if (r < 0) {
+                        snprintf(why, whylen, "journal: %s", ntfs_strerror(r));
+                        return r;
+                }
+        }
+        if (ret_timeout_ms)
+                *ret_timeout_ms = t;
+        if (ret_output_limit)
+                *ret_output_limit = o;
+        return 0;
+}
+
+void d_policy_charge(const char *session, uint64_t exec_ms, uint64_t output_bytes) {
+        if (exec_ms)
+                (void)ntfs_journal_quota_add(D.j, session, "exec_ms", (int64_t)exec_ms, -1, NULL);
+        if (output_bytes)
+                (void)ntfs_journal_quota_add(D.j, session, "output_bytes", (int64_t)output_bytes, -1, NULL);
+}
+
 /* Runs one jailed tool call, journaled; *ret is the result object. */
 int d_run_tool(const char *session, const char *tool, const char *command, const char *key, double timeout_s,
                     json_t **ret, char *why, size_t whylen) {
@@ -77,15 +136,15 @@ int d_run_tool(const char *session, const char *tool, const char *command, const
                 snprintf(why, whylen, "unknown or non-shell tool '%s'", tool);
                 return -NTFS_ENOTFOUND;
         }
-        struct ntfs_quota_usage usage = { 0 };
-        int r = ntfs_policy_check_call(D.pol, NULL, tool, &usage, why, whylen);
-        if (r < 0)
-                return r;
         struct ntfs_session_info si;
-        if ((r = ntfs_session_get(D.st, session, &si)) < 0) {
+        int r = ntfs_session_get(D.st, session, &si);
+        if (r < 0) {
                 snprintf(why, whylen, "session '%s': %s", session, ntfs_strerror(r));
                 return r;
         }
+        uint64_t timeout_ms = 0, out_limit = 0;
+        if ((r = d_policy_admit(session, tool, &timeout_ms, &out_limit, why, whylen)) < 0)
+                return r;
         char before[NTFS_HEX_LEN + 1];
         ntfs_hash_hex(&si.head, before);
         json_t *input = json_pack("{s:s}", "command", command);
@@ -117,6 +176,9 @@ int d_run_tool(const char *session, const char *tool, const char *command, const
                 *ret = res;
                 return 0;
         }
+        /* Crash-matrix fault points (docs/recovery.md): crash only; an armed
+         * error is ignored here. */
+        (void)NTFS_FAULT("exec.after_begin");
         _cleanup_free_ char *mp = NULL;
         r = d_session_mountpoint(session, &mp);
         if (r < 0) {
@@ -131,8 +193,10 @@ int d_run_tool(const char *session, const char *tool, const char *command, const
                                      .net = spec->net == NTFS_NET_LOOPBACK ? NTFS_JAIL_NET_LOOPBACK
                                                                            : NTFS_JAIL_NET_NONE,
                                      .command = command, .state_in = state,
-                                     .timeout_ms = timeout_s > 0 ? (uint64_t)(timeout_s * 1000) : spec->timeout_ms,
-                                     .output_limit = (size_t)spec->output_limit };
+                                     .timeout_ms = timeout_s > 0 && (uint64_t)(timeout_s * 1000) < timeout_ms
+                                                           ? (uint64_t)(timeout_s * 1000)
+                                                           : timeout_ms,
+                                     .output_limit = (size_t)out_limit };
         struct ntfs_jail_result jr = { 0 };
         r = ntfs_jail_run(&js, &jr);
         if (r < 0) {
@@ -142,7 +206,9 @@ int d_run_tool(const char *session, const char *tool, const char *command, const
                 ntfs_effect_release(&eff);
                 return r;
         }
+        (void)NTFS_FAULT("exec.after_run");
         shell_state_set(session, jr.state_out);
+        d_policy_charge(session, (uint64_t)(jr.duration_ns / 1000000), jr.out_len + jr.err_len);
         json_t *res = json_pack("{s:i, s:s%, s:s%, s:b, s:b, s:I, s:b, s:b, s:s, s:s}", "exit_code", jr.exit_code,
                                 "stdout", jr.out ? jr.out : "", jr.out_len, "stderr", jr.err ? jr.err : "",
                                 jr.err_len, "stdout_truncated", jr.out_truncated, "stderr_truncated",
@@ -171,6 +237,7 @@ int d_run_tool(const char *session, const char *tool, const char *command, const
                 } else
                         log_warn("checkpoint after %s failed: %s", tool, ntfs_strerror(cr));
         }
+        (void)NTFS_FAULT("exec.after_checkpoint");
         json_object_set_new(res, "replayed", json_false());
         json_object_set_new(res, "effect_id", json_integer(eff.id));
         _cleanup_free_ char *res_s = json_dumps(res, JSON_COMPACT);
