@@ -726,9 +726,9 @@ static int cmd_mount(struct ctx *c, const struct cmd *cmd, struct args *a) {
         const char *at = flag(cmd, a, "at"), *idle = flag(cmd, a, "autocheckpoint"),
                    *maxs = flag(cmd, a, "autocheckpoint-max");
         uint64_t idle_s = 0, max_s = 0;
-        if (idle && parse_num_flag(cmd, "autocheckpoint", idle, 86400 * 365, &idle_s))
+        if (idle && parse_num_flag(cmd, "autocheckpoint", idle, 86400, &idle_s))
                 return EXIT_USAGE;
-        if (maxs && parse_num_flag(cmd, "autocheckpoint-max", maxs, 86400 * 365, &max_s))
+        if (maxs && parse_num_flag(cmd, "autocheckpoint-max", maxs, 86400, &max_s))
                 return EXIT_USAGE;
         _cleanup_free_ char *mp = realpath(a->pos[1], NULL);
         if (!mp) {
@@ -1004,7 +1004,7 @@ static int cmd_log(struct ctx *c, const struct cmd *cmd, struct args *a) {
                 else {
                         json_t *eff = json_object_get(cm, "effect");
                         char eb[64];
-                        if (eff && !json_is_null(eff))
+                        if (eff && !json_is_null(eff) && !(json_is_string(eff) && !json_string_value(eff)[0]))
                                 printf(" [effect %s]", jscalar(eff, eb, sizeof eb));
                         else
                                 printf(" (no message)");
@@ -1446,10 +1446,10 @@ static const struct cmd commands[] = {
           "\nExamples:\n  ntfs-ctl tags\n  ntfs-ctl tags main\n",
           no_flags, 0, 1, false, cmd_tags },
         { "rollback", "NAME (--to COMMIT|TAG | --steps N)", "move a session back",
-          "Moves NAME's head back to a commit or tag, or N checkpoints back, and resets\n"
-          "its working state to it; live mounts show the restored state at once. Not\n"
-          "below the session's first checkpoint (rollback_floor). With a dirty working\n"
-          "state, --steps 1 returns to the head (drops the unsaved changes).\n"
+          "Moves NAME's head back to a commit or tag, or N checkpoints back from the head,\n"
+          "and resets its working state to it (changes not checkpointed are dropped);\n"
+          "live mounts show the restored state at once. Not below the session's first\n"
+          "checkpoint (rollback_floor).\n"
           "\nOptions:\n  --to REF     the commit or tag to return to\n"
           "  --steps N    how many checkpoints back (N >= 1)\n"
           "\nExamples:\n  ntfs-ctl rollback main --steps 1\n  ntfs-ctl rollback main --to v1\n",
