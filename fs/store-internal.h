@@ -100,6 +100,7 @@ struct ntfs_store {
         MDB_dbi meta, obj, commits, sess, tags, reflog, ino, dent, chunk, xattr, lmap, dlink, orph, dead;
         bool txn_broken;       /* a write failed: the batch must be aborted */
         pthread_mutex_t lock;
+        pthread_mutex_t inval_lock; /* held while invalidate callbacks run */
         MDB_txn *txn;          /* the batch transaction, NULL when none open */
         int64_t txn_started;   /* mono ns */
         uint64_t txn_bytes;    /* bytes written in it (to bound its size) */

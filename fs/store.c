@@ -153,15 +153,16 @@ void store_leave(ntfs_store *st) {
                 if (r < 0)
                         log_warn("store: batch commit failed: %s", ntfs_strerror(r));
         }
-        bool inval = false;
-        for (ntfs_ws *w = st->wss; w; w = w->next)
-                inval |= w->invalidate_pending;
+        /* Invalidation callbacks run only in the thread that replaced the
+         * state (ntfs_rollback), never here: a FUSE worker leaving the store
+         * must not notify the kernel while its own request holds a lock. */
         pthread_mutex_unlock(&st->lock);
-        if (inval)
-                store_run_invalidations(st);
 }
 
 void store_run_invalidations(ntfs_store *st) {
+        /* inval_lock is held while a callback runs, so that
+         * ntfs_ws_set_invalidate_cb() can wait for it to finish. */
+        pthread_mutex_lock(&st->inval_lock);
         for (;;) {
                 void (*cb)(ntfs_ws *, void *) = NULL;
                 void *ud = NULL;
@@ -177,10 +178,11 @@ void store_run_invalidations(ntfs_store *st) {
                         }
                 pthread_mutex_unlock(&st->lock);
                 if (!target)
-                        return;
+                        break;
                 if (cb)
                         cb(target, ud);
         }
+        pthread_mutex_unlock(&st->inval_lock);
 }
 
 static void *flusher_main(void *arg) {
@@ -496,6 +498,7 @@ int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_st
         st->map_bytes = o.initial_map_bytes ? o.initial_map_bytes : DEFAULT_MAP_BYTES;
         st->reserve_bytes = o.reserve_bytes ? o.reserve_bytes : DEFAULT_RESERVE;
         pthread_mutex_init(&st->lock, NULL);
+        pthread_mutex_init(&st->inval_lock, NULL);
         pthread_cond_init(&st->cond, NULL);
 
         int r;
@@ -567,6 +570,7 @@ void ntfs_store_close(ntfs_store *st) {
         if (st->lock_fd >= 0)
                 close(st->lock_fd);
         pthread_mutex_destroy(&st->lock);
+        pthread_mutex_destroy(&st->inval_lock);
         pthread_cond_destroy(&st->cond);
         free(st->dir);
         free(st);

@@ -535,10 +535,14 @@ bool ntfs_ws_readonly(const ntfs_ws *ws) { return ws->readonly; }
 const char *ntfs_ws_session(const ntfs_ws *ws) { return ws->session; }
 
 void ntfs_ws_set_invalidate_cb(ntfs_ws *ws, void (*cb)(ntfs_ws *, void *), void *ud) {
+        /* Taking inval_lock waits for a running callback: once this
+         * returns, the old callback is not running and will not run. */
+        pthread_mutex_lock(&ws->st->inval_lock);
         pthread_mutex_lock(&ws->st->lock);
         ws->inval_cb = cb;
         ws->inval_ud = ud;
         pthread_mutex_unlock(&ws->st->lock);
+        pthread_mutex_unlock(&ws->st->inval_lock);
 }
 
 uint64_t ntfs_ws_changes(ntfs_ws *ws) {
@@ -548,12 +552,7 @@ uint64_t ntfs_ws_changes(ntfs_ws *ws) {
         return n;
 }
 
-uint64_t ntfs_ws_generation(ntfs_ws *ws) {
-        pthread_mutex_lock(&ws->st->lock);
-        uint64_t g = ws->generation;
-        pthread_mutex_unlock(&ws->st->lock);
-        return g;
-}
+uint64_t ntfs_ws_generation(ntfs_ws *ws) { return __atomic_load_n(&ws->generation, __ATOMIC_ACQUIRE); }
 
 /* ---- public: metadata ------------------------------------------------------------------ */
 
