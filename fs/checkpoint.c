@@ -589,6 +589,72 @@ int ntfs_checkpoint(ntfs_store *st, const char *name, const char *message, const
         return r;
 }
 
+int ntfs_checkpoint_merge(ntfs_store *st, const char *name, const char *message, const ntfs_hash *second_parent,
+                          ntfs_hash *ret) {
+        if (!name || !second_parent || !ret || ntfs_hash_is_zero(second_parent))
+                return -EINVAL;
+        int r = store_enter(st);
+        if (r < 0)
+                return r;
+        struct sess_rec sr;
+        struct commit_obj head, other;
+        struct tree_entry root;
+        ntfs_hash links, id;
+        r = store_fresh_txn(st);
+        if (r == 0)
+                r = sess_get(st, name, &sr);
+        if (r == 0)
+                r = commit_load(st, second_parent, &other);
+        if (r == 0)
+                r = commit_load(st, &sr.head, &head);
+        if (r == 0)
+                r = ws_serialize(st, sr.wsid, &head.links, &root, &links);
+        if (r == 0) {
+                struct commit_obj c = { 0 };
+                c.root = root;
+                c.root.name = "";
+                c.root.namelen = 0;
+                c.root.h = 0;
+                c.root.linkid = 0;
+                c.links = links;
+                c.parents[0] = sr.head;
+                c.parents[1] = *second_parent;
+                c.nparents = 2;
+                c.time_ns = ntfs_now_ns();
+                c.bytes = sr.bytes;
+                c.inodes = sr.inodes;
+                c.message = message ? message : "merge";
+                c.message_len = (uint16_t)strnlen(c.message, 1000);
+                c.effect = "";
+                c.session = name;
+                c.session_len = (uint16_t)strnlen(name, NTFS_NAME_MAX);
+                _cleanup_free_ uint8_t *buf = NULL;
+                size_t len;
+                r = commit_encode(&c, &buf, &len);
+                if (r == 0)
+                        r = obj_put(st, buf, len, &id);
+        }
+        if (r == 0)
+                r = NTFS_FAULT("store.checkpoint.merge");
+        if (r == 0)
+                r = reflog_append(st, name, &sr, &sr.head, &id, "merge");
+        if (r == 0) {
+                sr.head = id;
+                sr.flags &= ~1u;
+                r = sess_put(st, name, &sr);
+        }
+        if (r == 0)
+                r = store_commit_locked(st, true);
+        else if (st->txn) {
+                mdb_txn_abort(st->txn);
+                st->txn = NULL;
+        }
+        store_leave(st);
+        if (r == 0)
+                *ret = id;
+        return r;
+}
+
 /* ---- sessions: create, fork, rollback --------------------------------------------------- */
 
 static uint64_t max_linkid(ntfs_store *st, const ntfs_hash *links) {
@@ -809,11 +875,15 @@ int ntfs_rollback(ntfs_store *st, const char *name, const char *to, int steps, n
                 for (ntfs_ws *w = st->wss; w; w = w->next)
                         if (w->session && strcmp(w->session, name) == 0 && w->wsid == old_wsid) {
                                 w->wsid = sr.wsid;
-                                w->generation++;
+                                __atomic_add_fetch(&w->generation, 1, __ATOMIC_RELEASE);
                                 w->invalidate_pending = true;
                         }
         }
         store_leave(st);
+        /* Drop the kernel's caches of every mount of the session before
+         * returning, in this thread (docs/mount.md). */
+        if (r == 0)
+                store_run_invalidations(st);
         if (r == 0 && ret)
                 *ret = target;
         return r;

@@ -125,6 +125,14 @@ int ntfs_session_set_quota(ntfs_store *st, const char *name, uint64_t bytes, uin
 int ntfs_checkpoint(ntfs_store *st, const char *name, const char *message, const char *effect,
                     ntfs_hash *ret, bool *ret_changed);
 
+/* Merge checkpoint: commits the working state of session name as a commit
+ * with two parents, the session's head (first) and second_parent (which
+ * must be an existing commit). Always makes a commit, even when the state
+ * equals the head (it records that second_parent was merged). Durable on
+ * return; the session's head moves to the new commit (reflog op "merge"). */
+int ntfs_checkpoint_merge(ntfs_store *st, const char *name, const char *message, const ntfs_hash *second_parent,
+                          ntfs_hash *ret);
+
 /* Fork: new session newname starting from src (a session — including its
  * uncommitted working state —, a tag or a commit). Constant time (plus
  * serializing src's uncommitted changes, if any). */
