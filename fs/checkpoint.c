@@ -140,6 +140,14 @@ static int serialize_file(ntfs_store *st, uint64_t wsid, uint64_t ino, struct in
                 }
                 memcpy(obj + 13 + idx[i] * NTFS_HASH_LEN, h.b, NTFS_HASH_LEN);
         }
+        /* stored bytes (st_blocks): every non-hole chunk, the last one partial */
+        uint64_t stored = 0;
+        for (uint64_t i = 0; i < n; i++) {
+                static const uint8_t zero[NTFS_HASH_LEN];
+                if (memcmp(obj + 13 + i * NTFS_HASH_LEN, zero, NTFS_HASH_LEN) != 0)
+                        stored += i + 1 < n ? NTFS_CHUNK_SIZE : rec->size - i * NTFS_CHUNK_SIZE;
+        }
+        rec->rdev = stored;
         ntfs_hash fh;
         if ((r = obj_put(st, obj, objlen, &fh)) < 0)
                 return r;

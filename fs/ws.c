@@ -186,8 +186,16 @@ static void attr_from(uint64_t ino, const struct ino_rec *r, struct ntfs_attr *a
         a->gid = r->gid;
         a->nlink = r->nlink;
         a->size = r->size;
-        a->rdev = r->rdev;
-        a->blocks = S_ISDIR(r->mode) ? 8 : (r->size + 511) / 512;
+        /* For regular files the rdev field holds the bytes actually stored
+         * (an upper bound between checkpoints, exact after one): holes of a
+         * sparse file take no blocks. */
+        if (S_ISREG(r->mode)) {
+                a->rdev = 0;
+                a->blocks = ((r->rdev < r->size ? r->rdev : r->size) + 511) / 512;
+        } else {
+                a->rdev = r->rdev;
+                a->blocks = S_ISDIR(r->mode) ? 8 : (r->size + 511) / 512;
+        }
         a->atime.tv_sec = r->atime / 1000000000LL;
         a->atime.tv_nsec = r->atime % 1000000000LL;
         a->mtime.tv_sec = r->mtime / 1000000000LL;
@@ -719,6 +727,8 @@ static int do_truncate(struct ctx *c, uint64_t ino, struct ino_rec *rec, uint64_
                 }
                 if (rec->base_nchunks > keep)
                         rec->base_nchunks = (uint32_t)keep;
+                if (rec->rdev > size)
+                        rec->rdev = size;
         }
         account_size(c, rec->size, size);
         rec->size = size;
@@ -809,6 +819,8 @@ ssize_t ntfs_ws_write(ntfs_ws *ws, uint64_t ino, const void *buf, size_t size, u
                         account_size(&c, rec.size, newsize);
                         rec.size = newsize;
                 }
+                if (r == 0) /* stored bytes: an upper bound until the next checkpoint */
+                        rec.rdev = rec.rdev + done > rec.size ? rec.size : rec.rdev + done;
         }
         if (r == 0) {
                 rec.mtime = rec.ctime = now_ns();

@@ -115,7 +115,6 @@ def test_file_over_4gib_sparse_is_fast(mnt):
     assert time.monotonic() - t < 5, "a 1-byte write at 5 GiB must not allocate the hole"
 
 
-@pytest.mark.xfail(reason="store: st_blocks counts the size, not the chunks stored (reported to the lead)")
 def test_sparse_file_blocks_count_data_only(mnt):
     p = os.path.join(mnt.path, "big")
     fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
