@@ -121,6 +121,8 @@ int routes_trunk_register(ntfs_router *r) __attribute__((weak));
 int routes_archive_register(ntfs_router *r) __attribute__((weak));
 int routes_remote_register(ntfs_router *r) __attribute__((weak));
 int routes_persession_register(ntfs_router *r) __attribute__((weak));
+/* Closes the per-session socket of session (NULL: all of them). */
+void d_persession_close(const char *session) __attribute__((weak));
 /* Startup reconciliation of the journal with the store (ctl/recovery.c),
  * run before the socket opens; and shutdown hooks of optional modules. */
 int d_recovery_run(void) __attribute__((weak));

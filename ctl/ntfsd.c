@@ -499,6 +499,8 @@ int main(int argc, char **argv) {
         log_info("signal %d: shutting down", sig);
 
         ntfs_http_server_stop(D.srv);
+        if (d_persession_close)
+                d_persession_close(NULL);
         if (d_extra_stop)
                 d_extra_stop();
         pthread_mutex_lock(&D.lock);

@@ -102,7 +102,10 @@ static int h_mount(void *ud, const ntfs_http_request *req, ntfs_http_response *r
             (r = d_want_string(req, resp, "mountpoint", true, &mp)) < 0 ||
             (r = d_want_string(req, resp, "at", false, &at)) < 0)
                 return r;
-        bool ro = json_is_true(json_object_get(req->json, "ro"));
+        json_t *roj = json_object_get(req->json, "ro");
+        if (roj && !json_is_boolean(roj))
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "field 'ro' must be a boolean");
+        bool ro = json_is_true(roj);
         json_t *ac = json_object_get(req->json, "autocheckpoint");
         json_t *am = json_object_get(req->json, "autocheckpoint_max");
         if ((ac && !json_is_number(ac)) || (am && !json_is_number(am)))
@@ -153,6 +156,8 @@ static int h_session_end(void *ud, const ntfs_http_request *req, ntfs_http_respo
         int r = ntfs_session_get(D.st, name, &si);
         if (r < 0)
                 return ntfs_http_error(resp, r, "session '%s': %s", name, ntfs_strerror(r));
+        if (d_persession_close)
+                d_persession_close(name);
         d_unmount_session(name);
         r = ntfs_session_end(D.st, name);
         if (r < 0)
@@ -430,9 +435,10 @@ static int pin_cb(const char *commit, void *ud) {
 
 static int h_gc(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
         struct pins p = { 0 };
+        /* every commit the journal references is a root */
         int r = ntfs_journal_for_each_commit(D.j, pin_cb, &p);
         struct ntfs_gc_stats gs = { 0 };
-        if (r == 0)
+        if (r >= 0)
                 r = ntfs_gc(D.st, p.h, p.n, &gs);
         free(p.h);
         if (r < 0)

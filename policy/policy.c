@@ -45,17 +45,17 @@ struct ntfs_policy {
 
 static const struct ntfs_tool_spec builtin_tools[NTFS_TOOL_COUNT] = {
         { "bash_read", NTFS_TOOL_BASH_READ, NTFS_TOOL_KIND_EXEC, NTFS_CLASS_NO_SIDE_EFFECTS, NTFS_NET_NONE,
-          false, false, 60 * 1000, 1024 * 1024 },
+          false, false, 60 * 1000, 1024 * 1024, false },
         { "bash_write", NTFS_TOOL_BASH_WRITE, NTFS_TOOL_KIND_EXEC, NTFS_CLASS_REPLAYABLE_FAST, NTFS_NET_NONE,
-          true, true, 300 * 1000, 1024 * 1024 },
+          true, true, 300 * 1000, 1024 * 1024, false },
         { "bash_build", NTFS_TOOL_BASH_BUILD, NTFS_TOOL_KIND_EXEC, NTFS_CLASS_REPLAYABLE_EXPENSIVE,
-          NTFS_NET_NONE, true, true, 1800 * 1000, 4 * 1024 * 1024 },
+          NTFS_NET_NONE, true, true, 1800 * 1000, 4 * 1024 * 1024, false },
         { "bash_run", NTFS_TOOL_BASH_RUN, NTFS_TOOL_KIND_EXEC, NTFS_CLASS_IRREVERSIBLE, NTFS_NET_LOOPBACK,
-          true, true, 600 * 1000, 1024 * 1024 },
+          true, true, 600 * 1000, 1024 * 1024, false },
         { "fetch_url", NTFS_TOOL_FETCH_URL, NTFS_TOOL_KIND_FETCH, NTFS_CLASS_IRREVERSIBLE, NTFS_NET_HOST,
-          false, false, 30 * 1000, 10 * 1024 * 1024 },
+          false, false, 30 * 1000, 10 * 1024 * 1024, false },
         { "llm_generate", NTFS_TOOL_LLM_GENERATE, NTFS_TOOL_KIND_LLM, NTFS_CLASS_RECORDED, NTFS_NET_HOST,
-          false, false, 300 * 1000, 8 * 1024 * 1024 },
+          false, false, 300 * 1000, 8 * 1024 * 1024, false },
 };
 
 static const char *const call_counter_names[NTFS_TOOL_COUNT] = {
@@ -538,6 +538,12 @@ static int kv_tool(struct parser *ps, const char *key, char *v) {
                 if (t->kind != NTFS_TOOL_KIND_EXEC || !t->workspace_rw)
                         return perr(ps, "checkpoint_after: %s does not change the workspace", t->name);
                 return get_bool(ps, key, v, &t->checkpoint_after);
+        }
+        if (strcmp(key, "egress") == 0) {
+                if (t->kind != NTFS_TOOL_KIND_EXEC || t->net != NTFS_NET_LOOPBACK)
+                        return perr(ps, "egress: %s has no network (only bash_run may use the egress proxy)",
+                                    t->name);
+                return get_bool(ps, key, v, &t->egress);
         }
         if (!strcmp(key, "class") || !strcmp(key, "network") || !strcmp(key, "workspace"))
                 return perr(ps, "%s of built-in tool %s cannot be changed", key, t->name);
