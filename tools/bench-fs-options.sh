@@ -7,14 +7,17 @@
 # counts per tar'd file (from fusefloor -o stats).
 #
 #   tools/bench-fs-options.sh            (BENCH_RUNS=3, FUSEFLOOR, BENCH_CACHE as bench-fs.sh)
-# VARIANTS overrides the list (one -o string per word; "-" = defaults).
+# VARIANTS overrides the list (one -o string per word; "-" = defaults);
+# BENCH_TARBALL and BENCH_CREATES shrink the work (request counts per file
+# hardly depend on the size).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 NTFS_BUILD=${NTFS_BUILD:-$(cd "$HERE/.." && pwd)/build}
 FUSEFLOOR=${FUSEFLOOR:-$NTFS_BUILD/tools/fusefloor}
-TARBALL=${BENCH_CACHE:-/var/tmp/bench-fs-cache}/tree-full.tar
+TARBALL=${BENCH_TARBALL:-${BENCH_CACHE:-/var/tmp/bench-fs-cache}/tree-full.tar}
+NCREATE=${BENCH_CREATES:-20000}
 RUNS=${BENCH_RUNS:-3}
-VARIANTS=${VARIANTS:-"- writeback open opendir flush nocreate nopatch default_permissions timeout=0 timeout=86400"}
+VARIANTS=${VARIANTS:-"- noxattr writeback open opendir flush nocreate nopatch default_permissions timeout=0 timeout=86400"}
 [ -s "$TARBALL" ] || { echo "run tools/bench-fs.sh first (it builds $TARBALL)" >&2; exit 2; }
 SCRATCH=$(mktemp -d "${BENCH_DIR:-/var/tmp}/bench-fs-opt.XXXXXX")
 MNT=$SCRATCH/mnt
@@ -40,10 +43,10 @@ for run in $(seq "$RUNS"); do
                 PID=$!
                 for _ in $(seq 100); do mountpoint -q "$MNT" && break; sleep 0.1; done
                 mkdir "$MNT/c" "$MNT/t"
-                cr=$(/usr/bin/python3 "$HERE/bench-fs-helper.py" creates "$MNT/c" 20000)
+                cr=$(/usr/bin/python3 "$HERE/bench-fs-helper.py" creates "$MNT/c" "$NCREATE")
                 ut=$(t tar -xf "$TARBALL" -C "$MNT/t")
                 fusermount3 -u "$MNT"; wait "$PID"; PID=
-                req=$(awk -v f="$FILES" '$1!="FORGET"{s+=$2} END{printf "%.1f", s/(f+20000)}' "$SCRATCH/stats")
+                req=$(awk -v f="$FILES" -v n="$NCREATE" '$1!="FORGET"{s+=$2} END{printf "%.1f", s/(f+n)}' "$SCRATCH/stats")
                 "$FUSEFLOOR" "$MNT" -f -o "$o" &
                 PID=$!
                 for _ in $(seq 100); do mountpoint -q "$MNT" && break; sleep 0.1; done
@@ -55,13 +58,13 @@ for run in $(seq "$RUNS"); do
                 du=$(t du -s "$MNT/t")
                 rm=$(t rm -rf "$MNT/t")
                 fusermount3 -u "$MNT"; wait "$PID"; PID=
-                echo "$v creates $cr" ; echo "$v untar $ut"; echo "$v req/file(untar+creates) $req"
+                echo "$v creates $cr" ; echo "$v untar $ut"; echo "$v req/file $req"
                 echo "$v find $fi"; echo "$v du $du"
                 echo "$v rm-rf $rm"
                 echo "bench-fs-options: run $run $v done" >&2
         done
 done >"$SCRATCH/raw"
-/usr/bin/python3 - "$SCRATCH/raw" "$FILES" <<'PY'
+/usr/bin/python3 - "$SCRATCH/raw" "$FILES" "$NCREATE" <<'PY'
 import statistics, sys
 vals, vs, ws = {}, [], []
 for line in open(sys.argv[1]):
@@ -75,5 +78,5 @@ for v in vs:
     print("| %s | " % ("(defaults)" if v == "-" else v) +
           " | ".join("%.3g" % statistics.median(vals[(v, w)]) for w in ws) + " |")
 print("\nseconds (median of %d); req/file = FUSE requests (not FORGET) per file for "
-      "20,000 creates + untar of %s files" % (len(vals[(vs[0], ws[0])]), sys.argv[2]))
+      "%s creates + untar of %s files" % (len(vals[(vs[0], ws[0])]), sys.argv[3], sys.argv[2]))
 PY

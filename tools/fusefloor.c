@@ -13,6 +13,9 @@
  *   timeout=SECS     entry and attr timeout (default 1.0)
  *   flush            answer FLUSH (default ENOSYS: the kernel stops sending it)
  *   nocreate         answer CREATE with ENOSYS (the kernel uses MKNOD instead)
+ *   noxattr          answer the xattr requests with ENOSYS: the kernel then
+ *                    stops asking, including the GETXATTR security.capability
+ *                    it sends before every write(2) (default: xattrs work)
  *   nopatch          do not force FUSE_PARALLEL_DIROPS / FUSE_HANDLE_KILLPRIV
  *                    into the INIT reply (libfuse 3.14 drops them, see below)
  *   prealloc=MIB     fault in MIB of data blocks before mounting, so that
@@ -121,7 +124,7 @@ struct floor {
         struct dentry **hash;
         size_t hsize, hcount;
         /* options */
-        int writeback, open, opendir, nopatch, default_permissions, flush, nocreate;
+        int writeback, open, opendir, nopatch, default_permissions, flush, nocreate, noxattr;
         unsigned prealloc; /* MiB */
         double timeout;
         char *stats;
@@ -1225,6 +1228,10 @@ static struct xattr **xattr_find(struct node *n, const char *name) {
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
                         size_t size, int flags) {
         COUNT(OPC_SETXATTR);
+        if (F.noxattr) {
+                fuse_reply_err(req, ENOSYS);
+                return;
+        }
         if (size > MAX_XATTR_SIZE || strlen(name) > 255) {
                 fuse_reply_err(req, size > MAX_XATTR_SIZE ? E2BIG : ERANGE);
                 return;
@@ -1271,6 +1278,10 @@ out:
 
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size) {
         COUNT(OPC_GETXATTR);
+        if (F.noxattr) {
+                fuse_reply_err(req, ENOSYS);
+                return;
+        }
         RDLOCK();
         struct node *n = node_get(ino);
         struct xattr *x = n ? *xattr_find(n, name) : NULL;
@@ -1289,6 +1300,10 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
         COUNT(OPC_LISTXATTR);
+        if (F.noxattr) {
+                fuse_reply_err(req, ENOSYS);
+                return;
+        }
         RDLOCK();
         struct node *n = node_get(ino);
         size_t total = 0;
@@ -1319,6 +1334,10 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name) {
         COUNT(OPC_REMOVEXATTR);
+        if (F.noxattr) {
+                fuse_reply_err(req, ENOSYS);
+                return;
+        }
         WRLOCK();
         struct node *n = node_get(ino);
         struct xattr **p = n ? xattr_find(n, name) : NULL;
@@ -1450,6 +1469,7 @@ static const struct fuse_opt floor_opts[] = {
         FLOOR_OPT("nopatch", nopatch),
         FLOOR_OPT("flush", flush),
         FLOOR_OPT("nocreate", nocreate),
+        FLOOR_OPT("noxattr", noxattr),
         {"timeout=%lf", offsetof(struct floor, timeout), 0},
         {"prealloc=%u", offsetof(struct floor, prealloc), 0},
         {"stats=%s", offsetof(struct floor, stats), 0},
@@ -1464,7 +1484,8 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 
 static void usage(const char *prog) {
         printf("usage: %s MOUNTPOINT [-f] [-d] [-s] [-o opts]\n"
-               "floor options: writeback, open, opendir, flush, nocreate, nopatch, timeout=SECS,\n"
+               "floor options: writeback, open, opendir, flush, nocreate, noxattr, nopatch,\n"
+               "               timeout=SECS,\n"
                "               prealloc=MIB, stats=PATH,\n"
                "               default_permissions (else the daemon checks modes)\n",
                prog);
