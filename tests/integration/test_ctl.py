@@ -638,6 +638,9 @@ def test_eight_clients_concurrently(daemon, scratch):
         daemon.ok("session", "new", f"s{i}")
         mp = mkdir(scratch, f"m{i}")
         daemon.ok("mount", f"s{i}", mp)
+        # the file exists before the first checkpoint (the writer only
+        # ever replaces it, atomically)
+        write(f"{mp}/noise", "noise start\n")
         mps.append(mp)
     stop = threading.Event()
     errors = []
@@ -809,7 +812,11 @@ def test_rollback_under_live_mount_fork_and_readonly_tag(daemon, scratch):
 def test_cli_md_matches_help():
     """docs/cli.md holds every command's --help text verbatim."""
     doc = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "cli.md")).read()
-    assert run_ctl("--help").stdout in doc
-    for c in COMMANDS:
+    overview = run_ctl("--help").stdout
+    assert overview in doc
+    listed = [re.match(r"^  (.*?)\s{2,}", l).group(1)
+              for l in overview.split("Commands:\n")[1].split("\n\n")[0].splitlines()]
+    assert set(COMMANDS) <= set(listed)
+    for c in listed:
         out = run_ctl("help", *c.split()).stdout
         assert f"## {c}\n\n```\n{out}```" in doc, f"docs/cli.md is out of date for {c}"

@@ -60,12 +60,20 @@ def probe(ws, *names, flags=()):
 
 
 def leftover_cgroups():
+    """Per-run cgroups whose ntfs-jail (named by the pid in the cgroup's
+    name) has exited: those are leaks. A jail of another process still
+    running on this machine is not."""
     found = set()
     for root in CGROUP_ROOTS:
         for depth in ("*", "*/*", "*/*/*", "*/*/*/*"):
             for d in glob.glob(os.path.join(root, depth, "")):
-                if os.path.basename(d.rstrip("/")).startswith("ntfs-jail-"):
-                    found.add(d)
+                name = os.path.basename(d.rstrip("/"))
+                if not name.startswith("ntfs-jail-"):
+                    continue
+                pid = name.split("-")[2]
+                if pid.isdigit() and os.path.exists(f"/proc/{pid}"):
+                    continue
+                found.add(d)
     return found
 
 
