@@ -581,8 +581,10 @@ int ntfs_checkpoint(ntfs_store *st, const char *name, const char *message, const
                         r = sess_put(st, name, &sr);
                 }
         }
+        /* A new commit is made durable before returning; an unchanged
+         * checkpoint returns the head, which already is. */
         if (r == 0)
-                r = store_commit_locked(st, true);
+                r = store_commit_locked(st, changed);
         else if (st->txn) {
                 /* keep the store as it was before this call */
                 mdb_txn_abort(st->txn);
