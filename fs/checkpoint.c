@@ -525,9 +525,11 @@ int ws_serialize(ntfs_store *st, uint64_t wsid, const ntfs_hash *old_links, stru
                 return r;
         if ((r = serialize_inode(st, wsid, NTFS_ROOT_INO, &root, 0)) < 0)
                 return r;
-        h.links = links;
-        if ((r = hdr_rw(st, wsid, &h, true)) < 0)
-                return r;
+        if (memcmp(h.links.b, links.b, NTFS_HASH_LEN) != 0) {
+                h.links = links;
+                if ((r = hdr_rw(st, wsid, &h, true)) < 0)
+                        return r;
+        }
         memset(ret_root, 0, sizeof *ret_root);
         entry_from_rec(&root, ret_root);
         ret_root->name = "";
