@@ -72,6 +72,8 @@ struct ntfs_tool_spec {
         bool checkpoint_after;          /* a checkpoint is taken when the call ends */
         uint64_t timeout_ms;            /* wall-clock limit of one call */
         uint64_t output_limit;          /* bytes captured/returned per stream (exec) or body (fetch, llm) */
+        bool egress;                    /* the jail gets ntfsd's egress proxy (docs/gateway.md); only
+                                         * tools with loopback network (bash_run); default off */
 };
 
 /* Stable snake_case name of a class ("irreversible"); never NULL. */
