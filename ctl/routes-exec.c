@@ -126,9 +126,25 @@ void d_policy_charge(const char *session, uint64_t exec_ms, uint64_t output_byte
                 (void)ntfs_journal_quota_add(D.j, session, "output_bytes", (int64_t)output_bytes, -1, NULL);
 }
 
-/* Runs one jailed tool call, journaled; *ret is the result object. */
-int d_run_tool(const char *session, const char *tool, const char *command, const char *key, double timeout_s,
-                    json_t **ret, char *why, size_t whylen) {
+/* The answer to a call whose key the journal knows: its recorded result
+ * (or its status, when it never finished), marked replayed. */
+static json_t *recorded_result(const struct ntfs_effect *eff, const struct ntfs_tool_spec *spec) {
+        json_t *res = eff->result_json ? json_loads(eff->result_json, 0, NULL) : NULL;
+        if (!json_is_object(res)) {
+                json_decref(res);
+                res = json_pack("{s:s, s:s?}", "status", ntfs_effect_status_to_string(eff->status), "reason",
+                                eff->reason);
+        }
+        json_object_set_new(res, "replayed", json_true());
+        json_object_set_new(res, "effect", json_string(d_class_name(spec->cls)));
+        json_object_set_new(res, "effect_id", json_integer(eff->id));
+        return res;
+}
+
+/* Runs one jailed tool call, journaled; *ret is the result object. cancel:
+ * see h_exec_cancel (NULL: not cancellable). */
+static int run_tool(const char *session, const char *tool, const char *command, const char *key, double timeout_s,
+                    const int *cancel, json_t **ret, char *why, size_t whylen) {
         const struct ntfs_tool_spec *spec = ntfs_policy_tool(D.pol, tool);
         if (spec && spec->kind == NTFS_TOOL_KIND_FETCH && d_run_fetch)
                 return d_run_fetch(session, command, key, ret, why, whylen);
@@ -142,9 +158,29 @@ int d_run_tool(const char *session, const char *tool, const char *command, const
                 snprintf(why, whylen, "session '%s': %s", session, ntfs_strerror(r));
                 return r;
         }
+        struct ntfs_effect eff = { 0 };
+        /* A known key is served from the journal before anything else: a
+         * retry is neither re-run nor charged against a quota. */
+        if (key && ntfs_journal_effect_get_by_key(D.j, session, key, &eff) == 0) {
+                *ret = recorded_result(&eff, spec);
+                ntfs_effect_release(&eff);
+                return 0;
+        }
         uint64_t timeout_ms = 0, out_limit = 0;
         if ((r = d_policy_admit(session, tool, &timeout_ms, &out_limit, why, whylen)) < 0)
                 return r;
+        /* commit_before must be the exact state the effect starts from, so a
+         * state-changing call on a dirty session checkpoints it first (else
+         * recovery's rollback would lose writes made through a mount). */
+        if (spec->workspace_rw && si.dirty) {
+                ntfs_hash h;
+                bool changed;
+                if ((r = d_checkpoint(session, "before tool call", NULL, &h, &changed)) < 0) {
+                        snprintf(why, whylen, "checkpoint before the call: %s", ntfs_strerror(r));
+                        return r;
+                }
+                si.head = h;
+        }
         char before[NTFS_HEX_LEN + 1];
         ntfs_hash_hex(&si.head, before);
         json_t *input = json_pack("{s:s}", "command", command);
@@ -157,23 +193,15 @@ int d_run_tool(const char *session, const char *tool, const char *command, const
         struct ntfs_effect_intent in = { .session = session, .step = nprev + 1, .tool = tool,
                                          .effect_class = d_class_name(spec->cls), .input_json = input_s,
                                          .idempotency_key = key, .commit_before = before };
-        struct ntfs_effect eff = { 0 };
         bool existing = false;
         r = ntfs_journal_effect_begin(D.j, &in, &eff, &existing);
         if (r < 0) {
                 snprintf(why, whylen, "journal: %s", ntfs_strerror(r));
                 return r;
         }
-        if (existing) {
-                json_t *res = eff.result_json ? json_loads(eff.result_json, 0, NULL) : NULL;
-                if (!res)
-                        res = json_pack("{s:s, s:s?}", "status", ntfs_effect_status_to_string(eff.status),
-                                        "reason", eff.reason);
-                json_object_set_new(res, "replayed", json_true());
-                json_object_set_new(res, "effect", json_string(d_class_name(spec->cls)));
-                json_object_set_new(res, "effect_id", json_integer(eff.id));
+        if (existing) { /* a derived key matched, or a racing retry */
+                *ret = recorded_result(&eff, spec);
                 ntfs_effect_release(&eff);
-                *ret = res;
                 return 0;
         }
         /* Crash-matrix fault points (docs/recovery.md): crash only; an armed
@@ -197,8 +225,24 @@ int d_run_tool(const char *session, const char *tool, const char *command, const
                                                            ? (uint64_t)(timeout_s * 1000)
                                                            : timeout_ms,
                                      .output_limit = (size_t)out_limit };
+        /* The egress proxy, when the policy gives it to this tool (ctl/egress.c). */
+        struct d_egress_run *egress = NULL;
+        if (spec->egress) {
+                r = d_egress_run_begin ? d_egress_run_begin(session, eff.id, eff.step, &egress, &js.proxy_socket)
+                                       : -ENOTSUP;
+                if (r < 0) {
+                        snprintf(why, whylen, "cannot start the egress proxy: %s", ntfs_strerror(r));
+                        ntfs_journal_effect_finish(D.j, eff.id, NTFS_EFFECT_FAILED, NULL, NULL, why);
+                        ntfs_effect_release(&eff);
+                        return r;
+                }
+                js.proxy_port = NTFS_EGRESS_PORT;
+        }
+        js.cancel = cancel;
         struct ntfs_jail_result jr = { 0 };
         r = ntfs_jail_run(&js, &jr);
+        if (egress)
+                d_egress_run_end(egress);
         if (r < 0) {
                 snprintf(why, whylen, "jail failed: %s", jr.reason ? jr.reason : ntfs_strerror(r));
                 ntfs_journal_effect_finish(D.j, eff.id, NTFS_EFFECT_FAILED, NULL, NULL, why);
@@ -234,38 +278,127 @@ int d_run_tool(const char *session, const char *tool, const char *command, const
                         json_object_update(res, c);
                         json_decref(c);
                         json_object_set_new(res, "changed", json_boolean(changed));
+                        /* bash_build: the checkpoint is also a snapshot record (the seed's
+                         * snapshots table); any snapshot can be exported (ctl/routes-archive.c) */
+                        struct ntfs_commit_info sci;
+                        char *snap = NULL;
+                        if (spec->cls == NTFS_CLASS_REPLAYABLE_EXPENSIVE &&
+                            ntfs_commit_get(D.st, &h, &sci) == 0 &&
+                            ntfs_journal_snapshot_add(D.j, NULL, session, in.step, after, sci.bytes, &snap) == 0)
+                                json_object_set_new(res, "snapshot_id", json_string(snap));
+                        free(snap);
                 } else
                         log_warn("checkpoint after %s failed: %s", tool, ntfs_strerror(cr));
         }
         (void)NTFS_FAULT("exec.after_checkpoint");
         json_object_set_new(res, "replayed", json_false());
         json_object_set_new(res, "effect_id", json_integer(eff.id));
+        bool cancelled = cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE);
+        if (cancelled)
+                json_object_set_new(res, "cancelled", json_true());
         _cleanup_free_ char *res_s = json_dumps(res, JSON_COMPACT);
-        bool ok = !jr.timed_out && jr.term_signal == 0;
+        bool ok = !jr.timed_out && jr.term_signal == 0 && !cancelled;
         ntfs_journal_effect_finish(D.j, eff.id, ok ? NTFS_EFFECT_DONE : NTFS_EFFECT_FAILED, res_s,
                                    after[0] ? after : NULL,
-                                   ok ? NULL : jr.timed_out ? "timeout" : jr.oom ? "oom" : "killed");
+                                   ok            ? NULL
+                                   : cancelled   ? "cancelled"
+                                   : jr.timed_out ? "timeout"
+                                   : jr.oom      ? "oom"
+                                                 : "killed");
         ntfs_jail_result_release(&jr);
         ntfs_effect_release(&eff);
         *ret = res;
         return 0;
 }
 
+int d_run_tool(const char *session, const char *tool, const char *command, const char *key, double timeout_s,
+               json_t **ret, char *why, size_t whylen) {
+        return run_tool(session, tool, command, key, timeout_s, NULL, ret, why, whylen);
+}
+
+/* ---- cancellation (ntfs-mcp's notifications/cancelled, docs/mcp.md) ------------------
+ * An exec request may carry a `cancel_token` (the client's own random
+ * string); while it runs, POST /v1/sessions/NAME/exec/cancel {cancel_token}
+ * sets its flag and the jail is ended (exec/jail.h: spec.cancel). A client
+ * disconnect alone does not stop a command: the connection thread is inside
+ * the jail call and does not watch its socket. */
+#define CANCEL_TOKEN_MAX 128
+
+struct exec_cancel {
+        struct exec_cancel *next;
+        const char *session, *token; /* borrowed from the running request */
+        int flag;
+};
+
+static pthread_mutex_t cancel_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct exec_cancel *cancels;
+
+static struct exec_cancel *cancel_find(const char *session, const char *token) {
+        for (struct exec_cancel *c = cancels; c; c = c->next)
+                if (strcmp(c->session, session) == 0 && strcmp(c->token, token) == 0)
+                        return c;
+        return NULL;
+}
+
+static void cancel_unregister(struct exec_cancel *e) {
+        pthread_mutex_lock(&cancel_lock);
+        for (struct exec_cancel **p = &cancels; *p; p = &(*p)->next)
+                if (*p == e) {
+                        *p = e->next;
+                        break;
+                }
+        pthread_mutex_unlock(&cancel_lock);
+}
+
+static int h_exec_cancel(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
+        static const char *const keys[] = { "cancel_token", NULL };
+        const char *name = d_param(req, "name"), *token;
+        int r;
+        if ((r = d_check_keys(req, resp, keys)) < 0 || (r = d_want_string(req, resp, "cancel_token", true, &token)) < 0)
+                return r;
+        pthread_mutex_lock(&cancel_lock);
+        struct exec_cancel *e = cancel_find(name, token);
+        if (e)
+                __atomic_store_n(&e->flag, 1, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&cancel_lock);
+        if (!e)
+                return ntfs_http_error(resp, -NTFS_ENOTFOUND, "no running command of session '%s' has this cancel_token",
+                                       name);
+        return d_reply(resp, 200, json_pack("{s:b}", "cancelled", 1));
+}
+
 static int h_exec(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
-        static const char *const keys[] = { "command", "tool", "timeout", "idempotency_key", NULL };
-        const char *name = d_param(req, "name"), *cmd, *tool, *key;
+        static const char *const keys[] = { "command", "tool", "timeout", "idempotency_key", "cancel_token", NULL };
+        const char *name = d_param(req, "name"), *cmd, *tool, *key, *token;
         int r;
         if ((r = d_check_keys(req, resp, keys)) < 0 || (r = d_want_string(req, resp, "command", true, &cmd)) < 0 ||
             (r = d_want_string(req, resp, "tool", false, &tool)) < 0 ||
-            (r = d_want_string(req, resp, "idempotency_key", false, &key)) < 0)
+            (r = d_want_string(req, resp, "idempotency_key", false, &key)) < 0 ||
+            (r = d_want_string(req, resp, "cancel_token", false, &token)) < 0)
                 return r;
         json_t *t = json_object_get(req->json, "timeout");
         if (t && (!json_is_number(t) || json_number_value(t) <= 0 || json_number_value(t) > 86400))
                 return ntfs_http_error(resp, -NTFS_EBADREQ, "'timeout' must be seconds in (0, 86400]");
+        if (token && (!*token || strlen(token) > CANCEL_TOKEN_MAX))
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "'cancel_token' must be 1..%d bytes", CANCEL_TOKEN_MAX);
+        struct exec_cancel ce = { .session = name, .token = token };
+        if (token) {
+                pthread_mutex_lock(&cancel_lock);
+                bool dup = cancel_find(name, token) != NULL;
+                if (!dup) {
+                        ce.next = cancels;
+                        cancels = &ce;
+                }
+                pthread_mutex_unlock(&cancel_lock);
+                if (dup)
+                        return ntfs_http_error(resp, -NTFS_ECONFLICT, "a command with this cancel_token is running");
+        }
         char why[512] = "";
         json_t *res;
-        r = d_run_tool(name, tool ? tool : "bash_write", cmd, key, t ? json_number_value(t) : 0, &res, why,
-                     sizeof why);
+        r = run_tool(name, tool ? tool : "bash_write", cmd, key, t ? json_number_value(t) : 0, token ? &ce.flag : NULL,
+                     &res, why, sizeof why);
+        if (token)
+                cancel_unregister(&ce);
         if (r < 0)
                 return ntfs_http_error(resp, r, "%s", why[0] ? why : ntfs_strerror(r));
         return d_reply(resp, 200, res);
@@ -288,6 +421,8 @@ static int h_effects(void *ud, const ntfs_http_request *req, ntfs_http_response 
 int routes_exec_register(ntfs_router *rt) {
         int r;
         if ((r = ntfs_router_add(rt, "POST /v1/sessions/{name}/exec", h_exec, 0)) < 0)
+                return r;
+        if ((r = ntfs_router_add(rt, "POST /v1/sessions/{name}/exec/cancel", h_exec_cancel, 0)) < 0)
                 return r;
         if ((r = ntfs_router_add(rt, "GET /v1/sessions/{name}/effects", h_effects, 0)) < 0)
                 return r;
