@@ -109,6 +109,16 @@ void d_conn_free(void *ud, void *data);
 int d_run_fetch(const char *session, const char *url, const char *key, json_t **ret, char *why, size_t whylen)
         __attribute__((weak));
 
+/* The egress proxy of one jailed run (ctl/egress.c, docs/gateway.md): a Unix
+ * socket the jail relays 127.0.0.1:NTFS_EGRESS_PORT to; each connection is
+ * journaled in session at step, under parent_effect. *ret_path is borrowed
+ * from the run; d_egress_run_end() (after the jail) cuts what is left. */
+#define NTFS_EGRESS_PORT 3128
+struct d_egress_run;
+int d_egress_run_begin(const char *session, int64_t parent_effect, uint64_t step, struct d_egress_run **ret,
+                       const char **ret_path) __attribute__((weak));
+void d_egress_run_end(struct d_egress_run *run) __attribute__((weak));
+
 /* ---- route modules ---- */
 int routes_store_register(ntfs_router *r);
 int routes_exec_register(ntfs_router *r);

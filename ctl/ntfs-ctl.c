@@ -14,8 +14,10 @@
  * server's JSON (--json) or a short human rendering.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -1172,6 +1174,85 @@ static int cmd_exec(struct ctx *c, const struct cmd *cmd, struct args *a) {
         return has_code ? EXIT_FAIL : 0;
 }
 
+/* ---- fetch (the gateway, issue 7) ------------------------------------------------------ */
+
+/* Decodes standard base64 (as ntfsd sends a binary body) into a new buffer. */
+static int b64_decode(const char *in, size_t len, unsigned char **ret, size_t *ret_len) {
+        static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        unsigned char *out = malloc(len / 4 * 3 + 3);
+        if (!out)
+                return -ENOMEM;
+        size_t o = 0;
+        uint32_t acc = 0;
+        int bits = 0;
+        for (size_t i = 0; i < len; i++) {
+                if (in[i] == '=')
+                        break;
+                const char *p = memchr(tbl, in[i], 64);
+                if (!p || !in[i]) {
+                        free(out);
+                        return -EINVAL;
+                }
+                acc = (acc << 6) | (uint32_t)(p - tbl);
+                bits += 6;
+                if (bits >= 8) {
+                        bits -= 8;
+                        out[o++] = (unsigned char)(acc >> bits);
+                }
+        }
+        *ret = out;
+        *ret_len = o;
+        return 0;
+}
+
+static int cmd_fetch(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        const char *method = flag(cmd, a, "method"), *key = flag(cmd, a, "idempotency-key");
+        _cleanup_free_ char *path = session_path(a->pos[0], "/fetch");
+        json_t *body = json_pack("{s:s}", "url", a->pos[1]);
+        if (!path || !body) {
+                json_decref(body);
+                return oom(c);
+        }
+        if (method)
+                set_str(body, "method", method);
+        if (key)
+                set_str(body, "idempotency_key", key);
+        json_t *j = NULL;
+        int r = call(c, "POST", path, body, &j);
+        json_decref(body);
+        if (r)
+                return r;
+        json_int_t status = 0;
+        (void)jint(j, "status", &status);
+        if (c->json) {
+                print_json(j);
+        } else {
+                json_t *b = json_object_get(j, "body");
+                const char *enc = json_string_value(json_object_get(j, "body_encoding"));
+                if (json_is_string(b) && enc && strcmp(enc, "base64") == 0) {
+                        unsigned char *raw = NULL;
+                        size_t rl = 0;
+                        if (b64_decode(json_string_value(b), json_string_length(b), &raw, &rl) == 0) {
+                                fwrite(raw, 1, rl, stdout);
+                                free(raw);
+                        }
+                } else if (json_is_string(b))
+                        fwrite(json_string_value(b), 1, json_string_length(b), stdout);
+                fflush(stdout);
+                if (jtrue(j, "truncated"))
+                        fprintf(stderr, "ntfs-ctl: the body was truncated at the size limit (truncated)\n");
+                if (jtrue(j, "replayed"))
+                        fprintf(stderr, "ntfs-ctl: served from the journal, not fetched again (replayed)\n");
+                if (status >= 400)
+                        fprintf(stderr, "ntfs-ctl: HTTP %lld from %s\n", (long long)status,
+                                json_string_value(json_object_get(j, "url")) ?: a->pos[1]);
+        }
+        json_decref(j);
+        return status >= 400 ? EXIT_FAIL : 0;
+}
+
+/* ---- end of fetch ------------------------------------------------------------------------- */
+
 static int cmd_effects(struct ctx *c, const struct cmd *cmd, struct args *a) {
         const char *lim = flag(cmd, a, "limit");
         uint64_t n = 0;
@@ -1190,8 +1271,8 @@ static int cmd_effects(struct ctx *c, const struct cmd *cmd, struct args *a) {
                 json_decref(j);
                 return r;
         }
-        struct table t = { .ncols = 7 };
-        table_add(&t, (const char *[]){ "ID", "STEP", "TOOL", "CLASS", "STATUS", "AFTER", "INPUT" });
+        struct table t = { .ncols = 8 };
+        table_add(&t, (const char *[]){ "ID", "STEP", "TOOL", "CLASS", "STATUS", "AFTER", "INPUT", "REASON" });
         size_t i;
         json_t *e;
         json_array_foreach(json_object_get(j, "effects"), i, e) {
@@ -1212,13 +1293,69 @@ static int cmd_effects(struct ctx *c, const struct cmd *cmd, struct args *a) {
                 table_add(&t, (const char *[]){ jscalar(json_object_get(e, "id"), b1, sizeof b1),
                                                 jscalar(json_object_get(e, "step"), b2, sizeof b2),
                                                 jstr(e, "tool", "-"), jstr(e, "effect_class", "-"),
-                                                jstr(e, "status", "-"), ab, shortin ? shortin : "-" });
+                                                jstr(e, "status", "-"), ab, shortin ? shortin : "-",
+                                                jstr(e, "reason", "-") });
         }
         if (t.nrows == 1)
                 printf("no effects\n");
         else
                 table_print(&t);
         table_free(&t);
+        json_decref(j);
+        return 0;
+}
+
+/* ---- replay (docs/recovery.md) ------------------------------------------------ */
+
+static int cmd_replay(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        const char *into = flag(cmd, a, "into"), *froms = flag(cmd, a, "from");
+        if (!into)
+                return usage_error(cmd, "replay needs --into NEWNAME");
+        uint64_t from = 0;
+        if (froms && parse_num_flag(cmd, "from", froms, INT64_MAX, &from))
+                return EXIT_USAGE;
+        _cleanup_free_ char *path = session_path(a->pos[0], "/replay");
+        json_t *body = json_pack("{s:s}", "into", into);
+        if (!path || !body) {
+                json_decref(body);
+                return oom(c);
+        }
+        if (froms)
+                json_object_set_new(body, "from_step", json_integer((json_int_t)from));
+        json_t *j = NULL;
+        /* No client deadline: the server bounds each re-run by its tool's timeout. */
+        int r = call_full(c, "POST", path, body, 0, &j, NULL, false);
+        json_decref(body);
+        if (r)
+                return r;
+        if (c->json) {
+                r = print_json(j);
+                json_decref(j);
+                return r;
+        }
+        struct table t = { .ncols = 4 };
+        table_add(&t, (const char *[]){ "STEP", "TOOL", "STATUS", "EXIT" });
+        size_t i;
+        json_t *st;
+        json_array_foreach(json_object_get(j, "steps"), i, st) {
+                char b1[64], b2[64];
+                table_add(&t, (const char *[]){ jscalar(json_object_get(st, "step"), b1, sizeof b1),
+                                                jstr(st, "tool", "-"), jstr(st, "status", "-"),
+                                                jscalar(json_object_get(st, "exit_code"), b2, sizeof b2) });
+        }
+        if (t.nrows > 1)
+                table_print(&t);
+        table_free(&t);
+        char b[64];
+        printf("replayed %s into %s from %s (%s same, ", a->pos[0], jstr(j, "into", into), jstr(j, "short", "?"),
+               jscalar(json_object_get(j, "same"), b, sizeof b));
+        printf("%s diverged, ", jscalar(json_object_get(j, "diverged"), b, sizeof b));
+        printf("%s served)\n", jscalar(json_object_get(j, "served"), b, sizeof b));
+        json_t *fd = json_object_get(j, "first_divergence");
+        if (json_is_integer(fd))
+                printf("first divergence: step %" JSON_INTEGER_FORMAT "\n", json_integer_value(fd));
+        else
+                printf("no divergence\n");
         json_decref(j);
         return 0;
 }
@@ -1348,9 +1485,504 @@ static int cmd_api(struct ctx *c, const struct cmd *cmd, struct args *a) {
         return r;
 }
 
+/* ---- export / import (archives; docs/archive.md) ------------------------------ */
+
+/* A progress bar on stderr, fed by polling GET /v1/archive/progress/ID from
+ * its own thread (with its own client: a client is not thread-safe). Drawn
+ * only when stderr is a terminal. */
+struct progress_bar {
+        const char *socket;
+        char id[40];
+        const char *verb; /* "exporting" | "importing" */
+        bool by_stream;   /* import: the fraction is archive bytes read */
+        pthread_t thread;
+        bool started;
+        int stop;         /* atomic */
+        bool drawn;
+};
+
+static void fmt_duration(double s, char *buf, size_t len) {
+        if (s < 0 || s > 360000) {
+                snprintf(buf, len, "--:--");
+                return;
+        }
+        unsigned t = (unsigned)(s + 0.5);
+        if (t >= 3600)
+                snprintf(buf, len, "%u:%02u:%02u", t / 3600, t / 60 % 60, t % 60);
+        else
+                snprintf(buf, len, "%u:%02u", t / 60, t % 60);
+}
+
+static void progress_draw(struct progress_bar *pb, const json_t *p) {
+        json_int_t entries = 0, bytes = 0, sbytes = 0, tentries = 0, tbytes = 0, tsbytes = 0;
+        jint(p, "entries", &entries);
+        jint(p, "bytes", &bytes);
+        jint(p, "stream_bytes", &sbytes);
+        jint(p, "total_entries", &tentries);
+        jint(p, "total_bytes", &tbytes);
+        jint(p, "total_stream_bytes", &tsbytes);
+        json_t *ev = json_object_get(p, "elapsed");
+        double elapsed = json_is_number(ev) ? json_number_value(ev) : 0;
+        double done = (double)(pb->by_stream ? sbytes : bytes), total = (double)(pb->by_stream ? tsbytes : tbytes);
+        double frac = total > 0 ? done / total : -1;
+        if (frac > 1)
+                frac = 1;
+        char bar[32], hb[32], ht[32], rate[32], eta[32];
+        int width = 24, fill = frac >= 0 ? (int)(frac * width) : 0;
+        for (int i = 0; i < width; i++)
+                bar[i] = i < fill ? '#' : '.';
+        bar[width] = 0;
+        human_bytes((uint64_t)(pb->by_stream ? sbytes : bytes), hb, sizeof hb);
+        human_bytes((uint64_t)(total > 0 ? total : 0), ht, sizeof ht);
+        double r = elapsed > 0.2 ? done / elapsed : 0;
+        human_bytes((uint64_t)r, rate, sizeof rate);
+        fmt_duration(frac > 0 && r > 0 ? (total - done) / r : -1, eta, sizeof eta);
+        char ents[64];
+        if (tentries > 0)
+                snprintf(ents, sizeof ents, "%lld/%lld entries", (long long)entries, (long long)tentries);
+        else
+                snprintf(ents, sizeof ents, "%lld entries", (long long)entries);
+        if (frac >= 0)
+                fprintf(stderr, "\r\033[K%s [%s] %3d%% %s/%s  %s  %s/s  ETA %s", pb->verb, bar, (int)(frac * 100), hb,
+                        ht, ents, rate, eta);
+        else
+                fprintf(stderr, "\r\033[K%s %s  %s  %s/s", pb->verb, hb, ents, rate);
+        fflush(stderr);
+        pb->drawn = true;
+}
+
+static void *progress_main(void *arg) {
+        struct progress_bar *pb = arg;
+        ntfs_client *cl = NULL;
+        if (ntfs_client_new(pb->socket, &cl) < 0)
+                return NULL;
+        ntfs_client_set_timeout(cl, 2000);
+        char path[96];
+        snprintf(path, sizeof path, "/v1/archive/progress/%s", pb->id);
+        while (!__atomic_load_n(&pb->stop, __ATOMIC_ACQUIRE)) {
+                for (int i = 0; i < 5 && !__atomic_load_n(&pb->stop, __ATOMIC_ACQUIRE); i++) {
+                        struct timespec ts = { 0, 50 * 1000000L };
+                        nanosleep(&ts, NULL);
+                }
+                if (__atomic_load_n(&pb->stop, __ATOMIC_ACQUIRE))
+                        break;
+                json_t *p = NULL;
+                if (ntfs_client_call(cl, "GET", path, NULL, &p, NULL, 0) == 0 && p)
+                        progress_draw(pb, p);
+                json_decref(p);
+        }
+        ntfs_client_free(cl);
+        return NULL;
+}
+
+/* Starts the bar when stderr is a terminal; pb->id is then the id to send. */
+static void progress_start(struct progress_bar *pb, struct ctx *c, const char *verb, bool by_stream, bool quiet) {
+        *pb = (struct progress_bar){ .socket = c->socket, .verb = verb, .by_stream = by_stream };
+        if (quiet || !isatty(STDERR_FILENO))
+                return;
+        uint8_t rnd[8];
+        uint64_t v = (uint64_t)ntfs_now_ns() ^ ((uint64_t)getpid() << 32);
+        ntfs_put_be64(rnd, v);
+        char hex[17];
+        ntfs_hex(rnd, sizeof rnd, hex);
+        snprintf(pb->id, sizeof pb->id, "ctl-%s", hex);
+        pb->started = pthread_create(&pb->thread, NULL, progress_main, pb) == 0;
+        if (!pb->started)
+                pb->id[0] = 0;
+}
+
+static void progress_stop(struct progress_bar *pb) {
+        if (!pb->started)
+                return;
+        __atomic_store_n(&pb->stop, 1, __ATOMIC_RELEASE);
+        pthread_join(pb->thread, NULL);
+        pb->started = false;
+        if (pb->drawn) {
+                fputs("\r\033[K", stderr);
+                fflush(stderr);
+        }
+}
+
+static int archive_format_of(const struct cmd *cmd, const char *fmt_flag, const char *file, const char **ret) {
+        static const char *const known[] = { "tar", "tar.gz", "tgz", "tar.zst" };
+        if (fmt_flag) {
+                for (size_t i = 0; i < ARRAY_SIZE(known); i++)
+                        if (strcmp(fmt_flag, known[i]) == 0) {
+                                *ret = strcmp(fmt_flag, "tgz") == 0 ? "tar.gz" : fmt_flag;
+                                return 0;
+                        }
+                return usage_error(cmd, "unknown --format '%s' (tar, tar.gz, tgz, tar.zst)", fmt_flag);
+        }
+        static const struct {
+                const char *suffix, *fmt;
+        } sfx[] = { { ".tar", "tar" }, { ".tar.gz", "tar.gz" }, { ".tgz", "tar.gz" }, { ".tar.zst", "tar.zst" },
+                    { ".tzst", "tar.zst" } };
+        size_t n = strlen(file);
+        for (size_t i = 0; i < ARRAY_SIZE(sfx); i++) {
+                size_t m = strlen(sfx[i].suffix);
+                if (n > m && strcmp(file + n - m, sfx[i].suffix) == 0) {
+                        *ret = sfx[i].fmt;
+                        return 0;
+                }
+        }
+        if (strcmp(file, "-") == 0) {
+                *ret = "tar";
+                return 0;
+        }
+        return usage_error(cmd, "cannot tell the format of '%s' from its name: use .tar, .tar.gz, .tgz, .tar.zst "
+                                "or --format", file);
+}
+
+static int cmd_export(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        const char *spec = a->pos[0], *file = a->pos[1], *fmt = NULL;
+        const char *at_flag = flag(cmd, a, "at");
+        int r = archive_format_of(cmd, flag(cmd, a, "format"), file, &fmt);
+        if (r)
+                return r;
+        /* NAME@REF: the first '@' splits (use --at for a session name with '@') */
+        _cleanup_free_ char *name = strdup(spec);
+        if (!name)
+                return oom(c);
+        const char *at = at_flag;
+        char *sep = at_flag ? NULL : strchr(name, '@');
+        if (sep) {
+                *sep = 0;
+                at = sep + 1;
+                if (!*at)
+                        return usage_error(cmd, "nothing after '@' in '%s'", spec);
+        }
+        if (!*name)
+                return usage_error(cmd, "no session name in '%s'", spec);
+        bool to_stdout = strcmp(file, "-") == 0;
+        if (to_stdout && isatty(STDOUT_FILENO))
+                return usage_error(cmd, "refusing to write an archive to a terminal; redirect stdout or name a file");
+
+        _cleanup_free_ char *base = session_path(name, "/export");
+        _cleanup_free_ char *eat = at ? esc(at) : NULL;
+        if (!base || (at && !eat))
+                return oom(c);
+        struct progress_bar pb;
+        progress_start(&pb, c, "exporting", false, has_flag(cmd, a, "quiet") || c->json);
+        _cleanup_free_ char *path = NULL;
+        if (asprintf(&path, "%s?format=%s%s%s%s%s", base, fmt, at ? "&at=" : "", at ? eat : "",
+                     pb.id[0] ? "&progress=" : "", pb.id) < 0) {
+                progress_stop(&pb);
+                return oom(c);
+        }
+        /* Into a temporary file next to FILE, renamed over it on success: a
+         * failed export leaves no partial archive behind. */
+        _cleanup_free_ char *tmp = NULL;
+        _cleanup_close_ int fd = -1;
+        if (to_stdout)
+                fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+        else if (asprintf(&tmp, "%s.part-%d", file, (int)getpid()) >= 0)
+                fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0666);
+        if (fd < 0) {
+                int e = errno;
+                progress_stop(&pb);
+                return fail(c, NULL, "io_error", "cannot write %s: %s", to_stdout ? "stdout" : file, strerror(e));
+        }
+        ntfs_client *cl;
+        long status = 0;
+        struct ntfs_client_response res = { 0 };
+        r = client_get(c, 0, &cl);
+        if (r == 0)
+                r = ntfs_client_download(cl, "GET", path, NULL, fd, &status, &res);
+        progress_stop(&pb);
+        struct stat sb;
+        off_t size = !to_stdout && fstat(fd, &sb) == 0 ? sb.st_size : -1;
+        int cr = 0;
+        if (r == 0 && status >= 200 && status < 300 && !to_stdout && (fsync(fd) < 0 || (cr = close(TAKE_FD(fd))) < 0))
+                r = -errno;
+        if (r < 0 || status < 200 || status >= 300) {
+                if (tmp)
+                        unlink(tmp);
+                if (r == -EIO || r == -EPROTO)
+                        return fail(c, NULL, "export_failed",
+                                    "the export stopped before the end of the archive (ntfsd's log says why)");
+                if (r < 0 && r != -ENOENT && r != -ECONNREFUSED && r != -EACCES && r != -NTFS_ETIMEOUT)
+                        return fail(c, NULL, "io_error", "export failed: %s", ntfs_strerror(r));
+                if (r < 0)
+                        return transport_fail(c, r);
+                const char *code, *msg;
+                ntfs_client_error(&res, &code, &msg);
+                _cleanup_free_ char *m = sanitize_dup(msg, 1024);
+                r = fail(c, res.json, code, "%s", m ? m : code);
+                ntfs_client_response_release(&res);
+                return r;
+        }
+        ntfs_client_response_release(&res);
+        if (!to_stdout && rename(tmp, file) < 0) {
+                int e = errno;
+                unlink(tmp);
+                return fail(c, NULL, "io_error", "cannot rename %s to %s: %s", tmp, file, strerror(e));
+        }
+        if (c->json) {
+                json_t *o = json_pack("{s:s, s:s, s:s?, s:s, s:I}", "session", name, "file", file, "at", at, "format",
+                                      fmt, "bytes", (json_int_t)size);
+                r = print_json(o);
+                json_decref(o);
+                return r;
+        }
+        if (!to_stdout) {
+                char hb[32];
+                human_bytes((uint64_t)(size > 0 ? size : 0), hb, sizeof hb);
+                printf("exported %s%s%s to %s (%s, %s)\n", name, at ? "@" : "", at ? at : "", file, fmt, hb);
+        }
+        return 0;
+}
+
+static int cmd_import(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        const char *name = a->pos[0], *file = a->pos[1];
+        uint64_t max_entries = 0, max_bytes = 0;
+        const char *s;
+        int r;
+        if ((s = flag(cmd, a, "max-entries")) && (r = parse_num_flag(cmd, "max-entries", s, INT64_MAX, &max_entries)))
+                return r;
+        if ((s = flag(cmd, a, "max-bytes")) && parse_size(s, &max_bytes) < 0)
+                return usage_error(cmd, "--max-bytes needs a size (K, M, G, T suffixes), not '%s'", s);
+        /* ntfsd reads the file itself (same host, same user: it opens it with
+         * the caller's credentials), so there is no request size limit; stdin
+         * is handed over as /proc/PID/fd/0 (a file or a pipe). */
+        _cleanup_free_ char *path = NULL;
+        if (strcmp(file, "-") == 0) {
+                if (isatty(STDIN_FILENO))
+                        return usage_error(cmd, "refusing to read an archive from a terminal; redirect stdin");
+                if (asprintf(&path, "/proc/%d/fd/0", (int)getpid()) < 0)
+                        return oom(c);
+        } else {
+                struct stat sb;
+                if (stat(file, &sb) < 0)
+                        return fail(c, NULL, "not_found", "cannot read %s: %s", file, strerror(errno));
+                if (!S_ISREG(sb.st_mode) && !S_ISFIFO(sb.st_mode))
+                        return fail(c, NULL, "bad_request", "%s is not a regular file or a pipe", file);
+                path = realpath(file, NULL);
+                if (!path)
+                        return fail(c, NULL, "not_found", "cannot resolve %s: %s", file, strerror(errno));
+        }
+        json_t *body = json_object();
+        if (!body || set_str(body, "path", path) < 0)
+                return oom(c);
+        if ((s = flag(cmd, a, "message")))
+                set_str(body, "message", s);
+        if (max_entries)
+                json_object_set_new(body, "max_entries", json_integer((json_int_t)max_entries));
+        if (max_bytes)
+                json_object_set_new(body, "max_bytes", json_integer((json_int_t)max_bytes));
+        struct progress_bar pb;
+        progress_start(&pb, c, "importing", true, has_flag(cmd, a, "quiet") || c->json);
+        if (pb.id[0])
+                set_str(body, "progress", pb.id);
+        _cleanup_free_ char *p = session_path(name, "/import");
+        json_t *j = NULL;
+        r = p ? call_full(c, "POST", p, body, 0, &j, NULL, false) : oom(c);
+        progress_stop(&pb);
+        json_decref(body);
+        if (r)
+                return r;
+        if (c->json)
+                r = print_json(j);
+        else {
+                json_int_t entries = 0, bytes = 0;
+                jint(j, "entries", &entries);
+                jint(j, "bytes", &bytes);
+                char hb[32];
+                human_bytes((uint64_t)bytes, hb, sizeof hb);
+                printf("imported %s: head %s (%lld entries, %s)\n", name, jstr(j, "short", "?"), (long long)entries,
+                       hb);
+        }
+        json_decref(j);
+        return r;
+}
+
 /* ---- the command table and help ---------------------------------------------- */
 
+/* ---- trunk: trunks and forks (docs/trunk.md) -------------------------------------------- */
+
+static char *trunk_seg_path(const char *prefix, const char *name, const char *suffix) {
+        _cleanup_free_ char *e = esc(name);
+        char *p = NULL;
+        if (!e || asprintf(&p, "%s%s%s", prefix, e, suffix) < 0)
+                return NULL;
+        return p;
+}
+
+static int cmd_trunk_init(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        const char *from = flag(cmd, a, "from");
+        if (!from)
+                return usage_error(cmd, "--from SESSION is required");
+        json_t *body = json_pack("{s:s, s:s}", "name", a->pos[0], "from", from);
+        if (!body)
+                return oom(c);
+        json_t *j = NULL;
+        int r = call(c, "POST", "/v1/trunks", body, &j);
+        json_decref(body);
+        if (r)
+                return r;
+        if (c->json)
+                r = print_json(j);
+        else
+                printf("created trunk %s version %" JSON_INTEGER_FORMAT " at %s\n", a->pos[0],
+                       json_integer_value(json_object_get(j, "version")), jstr(j, "short", "-"));
+        json_decref(j);
+        return r;
+}
+
+static int cmd_trunk_fork(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        _cleanup_free_ char *path = trunk_seg_path("/v1/trunks/", a->pos[0], "/forks");
+        json_t *body = json_pack("{s:s}", "session", a->pos[1]);
+        const char *ver = flag(cmd, a, "version");
+        uint64_t v = 0;
+        if (ver && ntfs_parse_u64(ver, INT64_MAX, &v) < 0) {
+                json_decref(body);
+                return usage_error(cmd, "--version wants a number, not '%s'", ver);
+        }
+        if (!path || !body || (ver && json_object_set_new(body, "version", json_integer((json_int_t)v)) < 0)) {
+                json_decref(body);
+                return oom(c);
+        }
+        json_t *j = NULL;
+        int r = call(c, "POST", path, body, &j);
+        json_decref(body);
+        if (r)
+                return r;
+        if (c->json)
+                r = print_json(j);
+        else
+                printf("forked %s from trunk %s version %" JSON_INTEGER_FORMAT " at %s\n", a->pos[1], a->pos[0],
+                       json_integer_value(json_object_get(j, "base_version")), jstr(j, "short", "-"));
+        json_decref(j);
+        return r;
+}
+
+static void print_conflict_side(const char *label, const json_t *s) {
+        char mode[32];
+        if (!json_is_true(json_object_get(s, "present"))) {
+                printf("    %-6s absent (commit %s)\n", label, jstr(s, "commit", "-"));
+                return;
+        }
+        snprintf(mode, sizeof mode, "%s", jstr(s, "mode", "-"));
+        json_int_t size = 0;
+        jint(s, "size", &size);
+        const char *sha = jstr(s, "sha256", NULL), *target = jstr(s, "target", NULL);
+        _cleanup_free_ char *t = target ? sanitize_dup(target, 200) : NULL;
+        printf("    %-6s %s mode %s size %" JSON_INTEGER_FORMAT "%s%.12s%s%s (commit %s)\n", label,
+               jstr(s, "type", "-"), mode, size, sha ? " sha256 " : "", sha ? sha : "", t ? " -> " : "",
+               t ? t : "", jstr(s, "commit", "-"));
+}
+
+static int cmd_trunk_commit(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        (void)cmd;
+        _cleanup_free_ char *path = trunk_seg_path("/v1/forks/", a->pos[0], "/commit");
+        if (!path)
+                return oom(c);
+        json_t *j = NULL;
+        long status = 0;
+        int r = call_full(c, "POST", path, NULL, DEFAULT_TIMEOUT_MS, &j, &status, true);
+        if (r && status == 409 && jtrue(j, "conflict")) {
+                json_t *cs = json_object_get(j, "conflicts");
+                fprintf(stderr, "ntfs-ctl: fork %s conflicts with trunk %s (now %s) on %zu path%s (conflict)\n",
+                        a->pos[0], jstr(j, "trunk", "-"), jstr(j, "current_trunk_id", "-"), json_array_size(cs),
+                        json_array_size(cs) == 1 ? "" : "s");
+                if (c->json)
+                        print_json(j);
+                else {
+                        size_t i;
+                        json_t *x;
+                        json_array_foreach(cs, i, x) {
+                                printf("CONFLICT (%s): ", jstr(x, "reason", "-"));
+                                print_path(jstr(x, "path", "?"));
+                                putchar('\n');
+                                print_conflict_side("fork", json_object_get(x, "fork"));
+                                print_conflict_side("trunk", json_object_get(x, "trunk"));
+                        }
+                        printf("abort it (ntfs-ctl trunk abort %s) or re-fork it from the trunk's head\n"
+                               "(ntfs-ctl trunk fork %s %s), redo the change and commit again\n",
+                               a->pos[0], jstr(j, "trunk", "TRUNK"), a->pos[0]);
+                }
+                json_decref(j);
+                return EXIT_FAIL;
+        }
+        if (r) {
+                if (!status)
+                        return r; /* not reached: already reported */
+                if (j) {
+                        const char *code = jstr(json_object_get(j, "error"), "code", "error");
+                        const char *msg = jstr(json_object_get(j, "error"), "message", "the commit failed");
+                        _cleanup_free_ char *m = sanitize_dup(msg, 1024);
+                        r = fail(c, j, code, "%s", m ? m : code);
+                        json_decref(j);
+                        return r;
+                }
+                return fail(c, NULL, "error", "the commit failed (HTTP %ld)", status);
+        }
+        if (c->json)
+                r = print_json(j);
+        else {
+                const char *how = jtrue(j, "noop") ? "nothing to merge" : jtrue(j, "fast_forward") ? "fast-forward"
+                                                                                                 : "merged";
+                printf("committed %s to trunk %s: version %" JSON_INTEGER_FORMAT " at %s (%s)\n", a->pos[0],
+                       jstr(j, "trunk", "-"), json_integer_value(json_object_get(j, "version")), jstr(j, "short", "-"),
+                       how);
+        }
+        json_decref(j);
+        return r;
+}
+
+static int cmd_trunk_abort(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        (void)cmd;
+        _cleanup_free_ char *path = trunk_seg_path("/v1/forks/", a->pos[0], "/abort");
+        if (!path)
+                return oom(c);
+        json_t *j = NULL;
+        int r = call(c, "POST", path, NULL, &j);
+        if (r)
+                return r;
+        if (c->json)
+                r = print_json(j);
+        else
+                printf("aborted fork %s of trunk %s\n", a->pos[0], jstr(j, "trunk", "-"));
+        json_decref(j);
+        return r;
+}
+
+static int cmd_trunk_status(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        (void)cmd;
+        _cleanup_free_ char *path = trunk_seg_path("/v1/trunks/", a->pos[0], "");
+        if (!path)
+                return oom(c);
+        json_t *j = NULL;
+        int r = call(c, "GET", path, NULL, &j);
+        if (r)
+                return r;
+        if (c->json) {
+                r = print_json(j);
+                json_decref(j);
+                return r;
+        }
+        printf("trunk %s: version %" JSON_INTEGER_FORMAT " at %s, %" JSON_INTEGER_FORMAT " active fork(s)\n",
+               a->pos[0], json_integer_value(json_object_get(j, "version")), jstr(j, "short", "-"),
+               json_integer_value(json_object_get(j, "active_forks")));
+        size_t i;
+        json_t *x;
+        printf("versions:\n");
+        json_array_foreach(json_object_get(j, "versions"), i, x) {
+                char tb[64];
+                printf("  %4" JSON_INTEGER_FORMAT "  %s  %s%s%s\n", json_integer_value(json_object_get(x, "version")),
+                       jstr(x, "short", "-"), human_time(json_object_get(x, "created_at"), tb, sizeof tb),
+                       jstr(x, "merged_from", NULL) ? "  from " : "", jstr(x, "merged_from", ""));
+        }
+        printf("forks:\n");
+        json_array_foreach(json_object_get(j, "forks"), i, x) {
+                printf("  %-24s %-10s base %" JSON_INTEGER_FORMAT "\n", jstr(x, "session", "-"),
+                       jstr(x, "status", "-"), json_integer_value(json_object_get(x, "base_version")));
+        }
+        json_decref(j);
+        return 0;
+}
+
 static const struct flagspec no_flags[] = { { NULL, 0, false } };
+static const struct flagspec trunk_version_flags[] = { { "version", 0, true }, { NULL, 0, false } };
 static const struct flagspec from_flags[] = { { "from", 0, true }, { NULL, 0, false } };
 static const struct flagspec mount_flags[] = { { "ro", 0, false },
                                                { "at", 0, true },
@@ -1366,7 +1998,17 @@ static const struct flagspec exec_flags[] = {
         { "tool", 0, true }, { "timeout", 0, true }, { "idempotency-key", 0, true }, { NULL, 0, false }
 };
 static const struct flagspec effects_flags[] = { { "limit", 'n', true }, { NULL, 0, false } };
+static const struct flagspec fetch_flags[] = { { "method", 0, true }, { "idempotency-key", 0, true }, { NULL, 0, false } };
+static const struct flagspec replay_flags[] = { { "into", 0, true }, { "from", 0, true }, { NULL, 0, false } };
 static const struct flagspec quota_flags[] = { { "bytes", 0, true }, { "inodes", 0, true }, { NULL, 0, false } };
+static const struct flagspec export_flags[] = {
+        { "format", 0, true }, { "at", 0, true }, { "quiet", 'q', false }, { NULL, 0, false }
+};
+static const struct flagspec import_flags[] = { { "message", 'm', true },
+                                                { "max-entries", 0, true },
+                                                { "max-bytes", 0, true },
+                                                { "quiet", 'q', false },
+                                                { NULL, 0, false } };
 
 static const struct cmd commands[] = {
         { "status", "", "show the daemon, the store and its mounts",
@@ -1478,12 +2120,40 @@ static const struct cmd commands[] = {
           "  --idempotency-key K    the same key never runs twice (replayed)\n"
           "\nExamples:\n  ntfs-ctl exec main -- make test\n  ntfs-ctl exec main --tool bash_read -- 'ls | wc -l'\n",
           exec_flags, 1, 1, true, cmd_exec },
+        { "fetch", "NAME URL [--method GET|HEAD|POST] [--idempotency-key K]", "fetch a URL through the gateway",
+          "Fetches URL from the host through ntfsd's gateway, under the policy's [fetch]\n"
+          "rules (allow-listed hosts and ports, no private addresses, size, time and\n"
+          "redirect limits; credentials are added host-side and never shown), journaled\n"
+          "as an irreversible effect of session NAME. Prints the body as received (a\n"
+          "binary body is decoded); exit 1 for an HTTP status >= 400. --json prints the\n"
+          "result: url, status, headers, body, body_encoding, truncated, bytes,\n"
+          "redirects, duration_ms, effect_id, replayed.\n"
+          "\nOptions:\n  --method M             GET (default), HEAD or POST (empty body)\n"
+          "  --idempotency-key K    the same key never fetches twice: the recorded result\n"
+          "                         (or error) is served from the journal\n"
+          "\nExamples:\n  ntfs-ctl fetch main https://pypi.org/simple/requests/\n"
+          "  ntfs-ctl --json fetch main https://example.com/ --idempotency-key k1\n",
+          fetch_flags, 2, 2, false, cmd_fetch },
         { "effects", "NAME [-n N]", "show a session's effect journal",
-          "Lists the journaled effects of NAME: id, step, tool, effect class, status,\n"
-          "the commit after it, and its input.\n"
+          "Lists the journaled effects of NAME: id, step, tool, effect class, status\n"
+          "(pending, done, failed, outcome_unknown), the commit after it, its input and\n"
+          "the reason of a failed or outcome_unknown effect (e.g. \"interrupted by daemon\n"
+          "crash\"). --json gives the full rows, results included.\n"
           "\nOptions:\n  -n, --limit N   at most N rows\n"
           "\nExample:\n  ntfs-ctl effects main -n 20\n",
           effects_flags, 1, 1, false, cmd_effects },
+        { "replay", "NAME --into NEWNAME [--from STEP]", "re-run a session's effects on a fork",
+          "Forks NAME at the state before its first effect at step >= STEP (default: the\n"
+          "first effect) into the new session NEWNAME, re-runs the replayable effects\n"
+          "(bash_write, bash_build) there and compares each resulting tree with the\n"
+          "recorded one: same or diverged. Other effects (bash_read, bash_run,\n"
+          "fetch_url, ...) are served from the journal and never re-run; a recorded\n"
+          "state change of theirs is applied from its commit. Prints one line per step,\n"
+          "then 'first divergence: step N' or 'no divergence'. Exit 0 either way.\n"
+          "\nOptions:\n  --into NEWNAME   the fork to replay into (must not exist)\n"
+          "  --from STEP      start at this step\n"
+          "\nExample:\n  ntfs-ctl replay main --into main-replay --from 3\n",
+          replay_flags, 1, 1, false, cmd_replay },
         { "quota", "NAME --bytes B --inodes N", "set a session's quota",
           "Sets the session's limits; writes beyond them fail with EDQUOT. B takes a\n"
           "K, M, G or T suffix (powers of 1024). 0 means unlimited.\n"
@@ -1500,6 +2170,37 @@ static const struct cmd commands[] = {
           "CORRUPT with the problems found (exit 1, code corrupt_object).\n"
           "\nExample:\n  ntfs-ctl fsck\n",
           no_flags, 0, 0, false, cmd_fsck },
+        { "export", "NAME[@COMMIT|TAG|SNAPSHOT] FILE [--format tar|tar.gz|tgz|tar.zst] [--at REF] [-q]",
+          "write a checkpoint as a tar archive",
+          "Writes the tree of a commit of NAME (its head, or the commit, tag or snapshot\n"
+          "id after '@' or given with --at) to FILE as a pax tar archive, streamed: ntfsd\n"
+          "holds no whole file in memory and reads one consistent commit even while the\n"
+          "session is being written. Uncheckpointed changes are not included (checkpoint\n"
+          "first). The format comes from FILE's suffix (.tar .tar.gz .tgz .tar.zst) or\n"
+          "--format; FILE '-' writes to stdout (tar unless --format). The archive is\n"
+          "written next to FILE and renamed over it at the end, so a failed export\n"
+          "leaves no partial file. Kept: files, directories, symlinks, hard links,\n"
+          "fifos, modes, uid/gid, mtimes with nanoseconds, xattrs.\n"
+          "\nOptions:\n  --format F    tar, tar.gz (tgz), tar.zst\n"
+          "  --at REF      the commit, tag or snapshot (instead of NAME@REF)\n"
+          "  -q, --quiet   no progress bar (it is drawn only when stderr is a terminal)\n"
+          "\nExamples:\n  ntfs-ctl export main main.tar.gz\n  ntfs-ctl export main@v1 - | tar tvf -\n",
+          export_flags, 2, 2, false, cmd_export },
+        { "import", "NAME FILE [-m MESSAGE] [--max-entries N] [--max-bytes B] [-q]",
+          "create a session from an archive",
+          "Creates the session NAME whose first commit is the content of the archive\n"
+          "FILE ('-' for stdin): tar (ustar, pax, GNU), cpio or zip, plain or compressed\n"
+          "(gzip, bzip2, xz, zstd, lz4). ntfsd reads FILE itself, with your\n"
+          "credentials. Unsafe archives are refused and leave no session behind:\n"
+          "absolute paths or '..' (policy_denied), entries through a symlink\n"
+          "(policy_denied), device nodes (policy_denied), more entries or bytes than the\n"
+          "limits (payload_too_large), corrupt or truncated streams (bad_request).\n"
+          "\nOptions:\n  -m, --message M     the commit message (default: import FILE)\n"
+          "  --max-entries N     refuse more than N entries (can only lower ntfsd's limit)\n"
+          "  --max-bytes B       refuse more than B bytes of file data (K/M/G/T suffixes)\n"
+          "  -q, --quiet         no progress bar\n"
+          "\nExamples:\n  ntfs-ctl import proj proj.tar.gz\n  git archive HEAD | ntfs-ctl import repo -\n",
+          import_flags, 2, 2, false, cmd_import },
         { "api", "METHOD PATH [BODY]", "send a raw request",
           "Sends one request to the control socket and prints the JSON answer; PATH is\n"
           "percent-encoded and may carry a query; BODY is JSON. For the endpoints that\n"
@@ -1507,6 +2208,39 @@ static const struct cmd commands[] = {
           "\nExamples:\n  ntfs-ctl api GET /health\n"
           "  ntfs-ctl api POST /session/start '{}'\n",
           no_flags, 2, 3, false, cmd_api },
+        { "trunk init", "NAME --from SESSION", "start a trunk at a session's state",
+          "Checkpoints SESSION and makes its head version 1 of the trunk NAME: a named\n"
+          "line of canonical workspace versions that forks start from and commit to.\n"
+          "\nOptions:\n  --from SESSION   the session whose state the trunk starts with\n"
+          "\nExample:\n  ntfs-ctl trunk init main --from setup\n",
+          from_flags, 1, 1, false, cmd_trunk_init },
+        { "trunk fork", "TRUNK NEWSESSION [--version N]", "start a session on a trunk's head",
+          "Creates the session NEWSESSION from the trunk's head (or version N) and\n"
+          "records it as an active fork. When NEWSESSION is a conflicted fork of TRUNK\n"
+          "it is re-forked: rolled back to the head (its changes are dropped) and\n"
+          "active again, so the work can be redone on top of the other forks' commits.\n"
+          "\nOptions:\n  --version N   fork from version N instead of the head\n"
+          "\nExample:\n  ntfs-ctl trunk fork main task-a\n",
+          trunk_version_flags, 2, 2, false, cmd_trunk_fork },
+        { "trunk commit", "SESSION", "commit a fork to its trunk (fast-forward or merge)",
+          "Checkpoints the fork SESSION and makes it the trunk's next version: a\n"
+          "fast-forward when the trunk has not moved since the fork, else a three-way\n"
+          "merge of the fork's base, the trunk's head and the fork (a commit with two\n"
+          "parents). When the same path changed on both sides nothing is committed,\n"
+          "the fork becomes 'conflicted' and every conflicting path is listed with\n"
+          "both sides' versions (type, mode, size, sha256); exit code 1.\n"
+          "\nExample:\n  ntfs-ctl trunk commit task-a\n",
+          no_flags, 1, 1, false, cmd_trunk_commit },
+        { "trunk abort", "SESSION", "abandon a fork",
+          "Marks the fork SESSION aborted (the session itself stays until ended).\n"
+          "\nExample:\n  ntfs-ctl trunk abort task-b\n",
+          no_flags, 1, 1, false, cmd_trunk_abort },
+        { "trunk status", "TRUNK", "show a trunk's versions and forks",
+          "Shows the trunk's head version and commit, every version (with the fork\n"
+          "merged into it) and every fork with its status (active, committed,\n"
+          "conflicted, aborted) and base version.\n"
+          "\nExample:\n  ntfs-ctl trunk status main\n",
+          no_flags, 1, 1, false, cmd_trunk_status },
 };
 
 static const char global_help[] =

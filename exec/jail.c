@@ -115,6 +115,9 @@ static int validate(const struct ntfs_jail_spec *s) {
         }
         if (s->state_in && strlen(s->state_in) > JAIL_STATE_MAX)
                 return -EINVAL;
+        if (s->proxy_socket && (s->proxy_socket[0] != '/' || strlen(s->proxy_socket) >= 4096 ||
+                                s->proxy_port > 65535))
+                return -EINVAL;
         return 0;
 }
 
@@ -238,6 +241,11 @@ int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *re
                 arg(&a, "--env");
                 arg(&a, *e);
         }
+        if (spec->proxy_socket) {
+                arg(&a, "--proxy-socket");
+                arg(&a, spec->proxy_socket);
+                arg_num(&a, "--proxy-port", spec->proxy_port ? spec->proxy_port : 3128);
+        }
         if (spec->state_in && *spec->state_in) {
                 arg(&a, "--state-in");
                 arg(&a, "-");
@@ -289,7 +297,7 @@ int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *re
         /* JSON escaping grows bytes at most 6x; the state blob rides along. */
         struct capture out = { .fd = out_r, .max = 2 * 6 * limit + 2 * JAIL_STATE_MAX + 65536 };
         struct capture diag = { .fd = err_r, .max = DIAG_MAX };
-        bool out_open = true, err_open = true, killed = false;
+        bool out_open = true, err_open = true, killed = false, cancel_sent = false;
         int64_t deadline = ntfs_mono_ns() + (int64_t)timeout_ms * 1000000 + HELPER_GRACE_NS;
         while (out_open || err_open) {
                 int64_t left = deadline - ntfs_mono_ns();
@@ -301,8 +309,13 @@ int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *re
                         deadline = ntfs_mono_ns() + 5LL * 1000000000;
                         continue;
                 }
+                if (spec->cancel && !cancel_sent && __atomic_load_n(spec->cancel, __ATOMIC_ACQUIRE)) {
+                        kill(pid, SIGTERM); /* the helper ends the jail and still answers */
+                        cancel_sent = true;
+                }
                 struct pollfd pf[2] = { { out_open ? out.fd : -1, POLLIN, 0 }, { err_open ? diag.fd : -1, POLLIN, 0 } };
-                int n = poll(pf, 2, (int)NTFS_MIN(left / 1000000 + 1, (int64_t)60000));
+                int n = poll(pf, 2, (int)NTFS_MIN(left / 1000000 + 1,
+                                                  (int64_t)(spec->cancel && !cancel_sent ? 100 : 60000)));
                 if (n < 0) {
                         if (errno == EINTR)
                                 continue;

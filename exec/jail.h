@@ -49,6 +49,20 @@ struct ntfs_jail_spec {
         unsigned cpu_percent;    /* cgroup cpu quota, 100 = one core; 0 = none */
         uint64_t tmp_bytes;      /* size of the private /tmp; 0 = default (64 MiB) */
         const char *const *env;  /* extra "K=V", NULL-terminated, or NULL */
+        /* Egress proxy (ntfsd's, docs/gateway.md): when proxy_socket is set
+         * (an absolute path of a listening Unix stream socket on the host),
+         * the jail brings lo up, relays 127.0.0.1:proxy_port inside its
+         * network namespace to that socket, and sets HTTP_PROXY, HTTPS_PROXY,
+         * http_proxy, https_proxy (and NO_PROXY for loopback) for the
+         * command. proxy_port: 1..65535 (0 = 3128). */
+        const char *proxy_socket;
+        unsigned proxy_port;
+        /* Cancellation (ntfsd's POST /v1/sessions/NAME/exec/cancel): when
+         * cancel is set and *cancel becomes nonzero (read atomically, checked
+         * at least every 100 ms), the helper gets SIGTERM and ends the jail as
+         * on its timeout; the result comes back as usual. NULL: not
+         * cancellable. */
+        const int *cancel;
 };
 
 struct ntfs_jail_result {

@@ -4,7 +4,7 @@
  *   ntfs-jail --workspace DIR [--ro] [--net none|loopback] [--timeout SEC]
  *             [--output-limit BYTES] [--memory BYTES] [--pids N] [--cpu PERCENT]
  *             [--tmp-size BYTES] [--as BYTES] [--env K=V]... [--state-in FILE|-]
- *             [--state-out FILE] [--json] -- COMMAND...
+ *             [--state-out FILE] [--proxy-socket PATH [--proxy-port N]] [--json] -- COMMAND...
  *   ntfs-jail --probe
  *
  * Three processes:
@@ -13,6 +13,11 @@
  *      privilege, forks P2, reaps orphans, forwards signals, and sends P2's
  *      status and the saved shell state back to P0.
  *   P2: setsid, fds, environment, caps, no_new_privs, seccomp, exec bash.
+ *   P3 (only with --proxy-socket): the egress forwarder, forked by P1 after
+ *      the caps are gone: accepts on 127.0.0.1:PORT of the jail's network
+ *      namespace and relays each connection (one child each) to the host's
+ *      proxy socket, reached through an O_PATH fd of its directory opened
+ *      before the pivot (the socket itself is never visible in the jail).
  * Killing P1 tears down the whole pid namespace, so a timeout reaches every
  * process of the command, whatever it did with sessions or double forks.
  */
@@ -38,6 +43,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -60,6 +68,8 @@ struct opts {
         const char *env[NTFS_JAIL_ENV_MAX];
         size_t n_env;
         const char *state_in, *state_out;
+        const char *proxy_socket; /* host path of the egress proxy's Unix socket */
+        unsigned proxy_port;
         char *command;
 };
 
@@ -449,9 +459,20 @@ static void forward_signal(int sig) {
                 kill(main_pid, sig);
 }
 
+/* A proxy variable as an egress run set it (and the shell state saved it):
+ * meaningless, and misleading, in a run without the proxy. */
+static bool is_stale_proxy_var(const char *kv) {
+        static const char *const names[] = { "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=" };
+        for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+                if (strncmp(kv, names[i], strlen(names[i])) == 0)
+                        return strncmp(kv + strlen(names[i]), "http://127.0.0.1:", 17) == 0;
+        return strcmp(kv, "NO_PROXY=localhost,127.0.0.1,::1") == 0 ||
+               strcmp(kv, "no_proxy=localhost,127.0.0.1,::1") == 0;
+}
+
 /* envp: fixed base, then the saved state, then --env; later names win. */
 static char **build_env(const struct opts *o, const struct jail_state *st) {
-        size_t cap = 8 + st->n_vars + o->n_env, n = 0;
+        size_t cap = 16 + st->n_vars + o->n_env, n = 0;
         char **env = calloc(cap + 1, sizeof *env);
         if (!env) {
                 errno = ENOMEM;
@@ -459,12 +480,28 @@ static char **build_env(const struct opts *o, const struct jail_state *st) {
         }
         static const char *const base[] = { "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                                             "HOME=/workspace", "TERM=xterm-256color", "LANG=C.UTF-8" };
-        const char *all[8 + JAIL_STATE_VARS_MAX + NTFS_JAIL_ENV_MAX];
+        const char *all[16 + JAIL_STATE_VARS_MAX + NTFS_JAIL_ENV_MAX];
         size_t m = 0;
         for (size_t i = 0; i < ARRAY_SIZE(base); i++)
                 all[m++] = base[i];
         for (size_t i = 0; i < st->n_vars; i++)
-                all[m++] = st->vars[i];
+                if (o->proxy_socket || !is_stale_proxy_var(st->vars[i]))
+                        all[m++] = st->vars[i];
+        /* The egress proxy wins over a saved state (its port may differ);
+         * --env still wins over it. Loopback stays direct. */
+        static char proxy_vars[6][64];
+        if (o->proxy_socket) {
+                static const char *const names[] = { "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy" };
+                for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+                        snprintf(proxy_vars[i], sizeof proxy_vars[i], "%s=http://127.0.0.1:%u", names[i],
+                                 o->proxy_port);
+                        all[m++] = proxy_vars[i];
+                }
+                snprintf(proxy_vars[4], sizeof proxy_vars[4], "NO_PROXY=localhost,127.0.0.1,::1");
+                snprintf(proxy_vars[5], sizeof proxy_vars[5], "no_proxy=localhost,127.0.0.1,::1");
+                all[m++] = proxy_vars[4];
+                all[m++] = proxy_vars[5];
+        }
         for (size_t i = 0; i < o->n_env; i++)
                 all[m++] = o->env[i];
         for (size_t i = 0; i < m; i++) {
@@ -547,6 +584,92 @@ static _Noreturn void run_p2(const struct child_args *a, scmp_filter_ctx ctx, ch
         die_child("execve /bin/bash");
 }
 
+/* ---- P3: the egress forwarder -------------------------------------------- */
+
+static bool relay_copy(int from, int to) {
+        char buf[65536];
+        ssize_t n = read(from, buf, sizeof buf);
+        if (n < 0)
+                return errno == EINTR || errno == EAGAIN;
+        if (n == 0)
+                return false;
+        const char *p = buf;
+        while (n > 0) {
+                ssize_t w = write(to, p, (size_t)n);
+                if (w < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return false;
+                }
+                p += w;
+                n -= w;
+        }
+        return true;
+}
+
+/* One connection: client (in the jail) <-> the host's proxy socket. */
+static _Noreturn void relay_one(int client, const char *upath) {
+        int up = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        if (up < 0 || strlen(upath) >= sizeof sa.sun_path)
+                _exit(1);
+        memcpy(sa.sun_path, upath, strlen(upath) + 1);
+        while (connect(up, (struct sockaddr *)&sa, sizeof sa) < 0)
+                if (errno != EINTR)
+                        _exit(1);
+        bool c_open = true, u_open = true;
+        while (c_open || u_open) {
+                struct pollfd pf[2] = { { c_open ? client : -1, POLLIN, 0 }, { u_open ? up : -1, POLLIN, 0 } };
+                if (poll(pf, 2, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        break;
+                }
+                if (pf[0].revents && !relay_copy(client, up)) {
+                        c_open = false;
+                        shutdown(up, SHUT_WR);
+                }
+                if (pf[1].revents && !relay_copy(up, client)) {
+                        u_open = false;
+                        shutdown(client, SHUT_WR);
+                        break; /* the proxy is done: nothing more can come back */
+                }
+        }
+        _exit(0);
+}
+
+/* Keeps only lfd (as 3) and the socket's directory (as 4); accepts forever.
+ * It dies with the pid namespace when P1 exits. */
+static _Noreturn void run_forwarder(int lfd, int dirfd, const char *name, scmp_filter_ctx ctx) {
+        report_fd = -1;
+        /* Out of the way first, so neither dup2 below clobbers the other. */
+        int l = fcntl(lfd, F_DUPFD_CLOEXEC, 64), d = fcntl(dirfd, F_DUPFD_CLOEXEC, 64);
+        if (l < 0 || d < 0 || dup2(l, 3) < 0 || dup2(d, 4) < 0)
+                _exit(1);
+        close_range(5, ~0U, 0);
+        signal(SIGCHLD, SIG_IGN); /* connection children reap themselves */
+        char upath[sizeof(((struct sockaddr_un *)0)->sun_path)];
+        if (snprintf(upath, sizeof upath, "/proc/self/fd/4/%s", name) >= (int)sizeof upath)
+                _exit(1);
+        if (seccomp_load(ctx) < 0)
+                _exit(1);
+        for (;;) {
+                int c = accept4(3, NULL, NULL, SOCK_CLOEXEC);
+                if (c < 0) {
+                        if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE ||
+                            errno == ENOBUFS || errno == ENOMEM)
+                                continue;
+                        _exit(1);
+                }
+                pid_t pid = fork();
+                if (pid == 0) {
+                        close(3);
+                        relay_one(c, upath);
+                }
+                close(c);
+        }
+}
+
 static _Noreturn void run_p1(const struct child_args *a, int status_w, const struct jail_cgroup *cg) {
         report_fd = status_w;
         const struct opts *o = a->o;
@@ -566,11 +689,43 @@ static _Noreturn void run_p1(const struct child_args *a, int status_w, const str
         _cleanup_close_ int ws = open(o->workspace, O_PATH | O_DIRECTORY | O_CLOEXEC);
         if (ws < 0)
                 die_child("workspace %s", o->workspace);
+        /* The proxy socket's directory, kept across the pivot. */
+        _cleanup_close_ int proxy_dir = -1;
+        const char *proxy_name = NULL;
+        if (o->proxy_socket) {
+                const char *slash = strrchr(o->proxy_socket, '/');
+                char dir[PATH_MAX];
+                size_t dl = (size_t)(slash - o->proxy_socket);
+                proxy_name = slash + 1;
+                if (dl >= sizeof dir || !*proxy_name) {
+                        errno = EINVAL;
+                        die_child("--proxy-socket %s", o->proxy_socket);
+                }
+                memcpy(dir, o->proxy_socket, dl);
+                dir[dl] = 0;
+                proxy_dir = open(dl ? dir : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+                if (proxy_dir < 0)
+                        die_child("proxy socket directory %s", dl ? dir : "/");
+        }
         build_root(o, ws);
         close(TAKE_FD(ws)); /* it pointed into the old, now detached, root */
         CHECK(sethostname("ntfs-jail", 9), "sethostname");
-        if (o->net == NTFS_JAIL_NET_LOOPBACK)
+        if (o->net == NTFS_JAIL_NET_LOOPBACK || o->proxy_socket)
                 loopback_up();
+        /* Bound before the caps go (a port below 1024 needs one) and before
+         * the command starts, so its first connection finds it. */
+        _cleanup_close_ int proxy_l = -1;
+        if (o->proxy_socket) {
+                proxy_l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                if (proxy_l < 0)
+                        die_child("proxy socket");
+                int one = 1;
+                CHECK(setsockopt(proxy_l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one), "SO_REUSEADDR");
+                struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t)o->proxy_port),
+                                           .sin_addr = { htonl(INADDR_LOOPBACK) } };
+                CHECK(bind(proxy_l, (struct sockaddr *)&sin, sizeof sin), "bind 127.0.0.1:%u", o->proxy_port);
+                CHECK(listen(proxy_l, 64), "listen on the proxy port");
+        }
         _cleanup_close_ int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (devnull < 0)
                 die_child("open /dev/null");
@@ -588,6 +743,16 @@ static _Noreturn void run_p1(const struct child_args *a, int status_w, const str
         drop_caps();
         CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs (init)");
         CHECK(prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "not dumpable");
+
+        if (o->proxy_socket) {
+                pid_t p3 = fork();
+                if (p3 < 0)
+                        die_child("fork the proxy forwarder");
+                if (p3 == 0)
+                        run_forwarder(proxy_l, proxy_dir, proxy_name, ctx);
+                close(TAKE_FD(proxy_l));
+                close(TAKE_FD(proxy_dir));
+        }
 
         int ep[2];
         CHECK(pipe2(ep, O_CLOEXEC), "error pipe");
@@ -704,6 +869,7 @@ static void usage(void) {
               "                 [--output-limit BYTES] [--memory BYTES] [--pids N] [--cpu PERCENT]\n"
               "                 [--tmp-size BYTES] [--as BYTES] [--fsize BYTES] [--env K=V]...\n"
               "                 [--state-in FILE|-] [--state-out FILE] [--json] [--die-with-parent]\n"
+              "                 [--proxy-socket PATH [--proxy-port N]]\n"
               "                 -- COMMAND...\n"
               "       ntfs-jail --probe\n",
               stderr);
@@ -788,6 +954,15 @@ static void parse_args(int argc, char **argv, struct opts *o) {
                                 o->env[o->n_env++] = v;
                         } else if (strcmp(a, "--state-in") == 0)
                                 o->state_in = v;
+                        else if (strcmp(a, "--proxy-socket") == 0) {
+                                if (v[0] != '/')
+                                        die(o, "--proxy-socket: expected an absolute path");
+                                o->proxy_socket = v;
+                        } else if (strcmp(a, "--proxy-port") == 0) {
+                                o->proxy_port = (unsigned)num(o, a, v, 65535);
+                                if (o->proxy_port == 0)
+                                        die(o, "--proxy-port: expected 1..65535");
+                        }
                         else if (strcmp(a, "--state-out") == 0)
                                 o->state_out = v;
                         else
@@ -804,6 +979,8 @@ static void parse_args(int argc, char **argv, struct opts *o) {
                 o->pids = 512;
         if (o->tmp_bytes == 0)
                 o->tmp_bytes = 64ULL << 20;
+        if (o->proxy_socket && o->proxy_port == 0)
+                o->proxy_port = 3128;
         /* COMMAND... is joined with spaces, as ssh does. */
         struct jbuf b = { 0 };
         for (int j = i; j < argc; j++)

@@ -214,7 +214,7 @@ uint32_t tree_view_seek(const struct tree_view *v, uint64_t h, const char *name,
                 uint32_t mid = lo + (hi - lo) / 2;
                 uint32_t off = ntfs_get_be32(v->offs + 4 * (size_t)mid);
                 /* Compare on the encoded prefix (h, namelen, name) directly. */
-                if (off + 10 > v->len)
+                if ((size_t)off + 10 > v->len)
                         return v->count; /* corrupt: callers' get() reports it */
                 uint64_t eh = ntfs_get_be64(v->data + off);
                 uint16_t nl = (uint16_t)(v->data[off + 8] << 8 | v->data[off + 9]);

@@ -297,6 +297,25 @@ TEST(parse_limits) {
         parse_bad("[rules x]\nquota.output_bytes = 2000000T\n", 2, "not a size");
 }
 
+TEST(parse_egress) {
+        /* Off by default for every tool. */
+        ntfs_policy *d = NULL;
+        ASSERT_EQ(ntfs_policy_new_default(&d), 0);
+        for (int i = 0; i < NTFS_TOOL_COUNT; i++)
+                ASSERT(!ntfs_policy_tool_by_id(d, (enum ntfs_tool_id)i)->egress);
+        ntfs_policy_free(d);
+        ntfs_policy *p = parse_ok("[tool bash_run]\negress = true\n");
+        ASSERT(ntfs_policy_tool(p, "bash_run")->egress);
+        ASSERT(!ntfs_policy_tool(p, "bash_write")->egress);
+        ntfs_policy_free(p);
+        p = parse_ok("[tool bash_run]\negress = off\n");
+        ASSERT(!ntfs_policy_tool(p, "bash_run")->egress);
+        ntfs_policy_free(p);
+        parse_bad("[tool bash_write]\negress = true\n", 2, "only bash_run may use the egress proxy");
+        parse_bad("[tool fetch_url]\negress = true\n", 2, "has no network");
+        parse_bad("[tool bash_run]\negress = sometimes\n", 2, "not a boolean");
+}
+
 TEST(decisions_l1) {
         ntfs_policy *p = parse_ok(full_policy);
         char why[256];
@@ -422,6 +441,7 @@ int main(void) {
         RUN(parse_load_file);
         RUN(parse_errors);
         RUN(parse_limits);
+        RUN(parse_egress);
         RUN(decisions_l1);
         RUN(decisions_l2);
         RUN(counters);

@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: MIT
+ * archive.h — workspaces to and from tar archives, through libarchive.
+ *
+ * Export walks a workspace handle (normally a read-only view of one commit,
+ * ntfs_ws_open_view(), so the archive is a consistent commit whatever else
+ * writes to the session meanwhile) and streams a pax archive to a sink in
+ * bounded memory: file data goes through one 256 KiB buffer, never a whole
+ * file; the archive's bytes leave in blocks of at most 256 KiB. What is kept
+ * per entry is the directory listing being walked and, for files with more
+ * than one link, the first path (hard links are written as links).
+ *
+ * Import reads any tar (ustar, pax, GNU, v7), cpio or zip archive, plain or
+ * compressed with gzip, bzip2, xz, lzma, zstd, lz4 or compress (libarchive's
+ * own decoders: no external program is ever started; mtree and "raw" are
+ * not enabled because they can name host files), and builds a NEW session
+ * whose first commit is the archive's content. The session is built under a
+ * temporary name (NTFS_ARCHIVE_TMP_PREFIX...) and forked to its final name
+ * only when the whole archive was read and checkpointed; on any failure the
+ * temporary session is ended, so nothing is left behind. Refused, with the
+ * error and the message below:
+ *   -NTFS_EDENIED    an absolute path, a ".." component, an entry whose path
+ *                    (or a hard link's target) goes through a symlink, a
+ *                    device node or socket
+ *   -NTFS_ETOOLARGE  more entries, or more bytes (file sizes as declared and
+ *                    as read, plus headers), than the limits: a decompression
+ *                    bomb stops at the limit, not at the end of the stream
+ *   -NTFS_EBADREQ    a corrupt or truncated stream, an unknown format, a
+ *                    path or link target too long, a path under a file,
+ *                    a hard link to nothing, an xattr the store refuses
+ *   -NTFS_ESESSEXISTS / -NTFS_EINVALNAME for the session name
+ *   store errors (-ENOSPC, -EIO ...) as they come.
+ *
+ * Preserved both ways: regular files, directories (empty ones too),
+ * symlinks, hard links (as links), fifos, permission bits (with setuid,
+ * setgid and sticky), uid/gid (numeric), mtime with nanoseconds (pax), and
+ * extended attributes (pax SCHILY.xattr / LIBARCHIVE.xattr). Not kept:
+ * atime, ctime, ACLs, file flags, user/group names.
+ *
+ * Threading: the functions are reentrant; several exports and imports may
+ * run at once on one store. Progress counters are written with atomic
+ * stores and may be read from another thread with ntfs_archive_progress_get().
+ *
+ * Errors: 0 or a negative errno / -NTFS_E*; on failure a human message is
+ * written to why (NUL-terminated, never NULL when whylen > 0). Nothing here
+ * prints or exits.
+ */
+/* This file's name is also libarchive's <archive.h>, and meson puts ctl/ on
+ * the include path of ctl's targets: so that `#include <archive.h>` still
+ * reaches libarchive, this header pulls libarchive's in first. */
+#include_next <archive.h>
+
+#ifndef NTFS_CTL_ARCHIVE_H
+#define NTFS_CTL_ARCHIVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fs/store.h"
+
+#define NTFS_ARCHIVE_DEFAULT_MAX_ENTRIES 1000000ull
+#define NTFS_ARCHIVE_DEFAULT_MAX_BYTES (64ull << 30)
+/* Session names starting with this are an import in progress; ntfsd ends
+ * the ones a crash left behind (ntfs_archive_cleanup). */
+#define NTFS_ARCHIVE_TMP_PREFIX ".import-"
+
+enum ntfs_archive_format {
+        NTFS_ARCHIVE_TAR = 0, /* pax interchange format, uncompressed */
+        NTFS_ARCHIVE_TAR_GZ,
+        NTFS_ARCHIVE_TAR_ZST,
+};
+
+/* "tar", "tar.gz" / "tgz", "tar.zst" (also "gz", "zst"). -EINVAL otherwise. */
+int ntfs_archive_format_parse(const char *s, enum ntfs_archive_format *ret);
+/* From a file name's suffix (.tar .tar.gz .tgz .tar.zst). -EINVAL otherwise. */
+int ntfs_archive_format_from_name(const char *path, enum ntfs_archive_format *ret);
+const char *ntfs_archive_format_name(enum ntfs_archive_format f);   /* "tar", "tar.gz", "tar.zst" */
+const char *ntfs_archive_content_type(enum ntfs_archive_format f);  /* "application/x-tar", ... */
+
+/* Progress of one export or import. The owner zeroes it and may set the
+ * totals it knows; the library fills the rest as it goes (atomically). */
+struct ntfs_archive_progress {
+        uint64_t entries;      /* entries done */
+        uint64_t bytes;        /* file content bytes done */
+        uint64_t stream_bytes; /* archive bytes written (export) or read (import) */
+        uint64_t total_entries, total_bytes, total_stream_bytes; /* 0: unknown */
+};
+/* A consistent-enough copy (each field read atomically). */
+void ntfs_archive_progress_get(const struct ntfs_archive_progress *p, struct ntfs_archive_progress *ret);
+
+/* Receives the archive's bytes in order; returns 0 or a negative error,
+ * which stops the export and is returned by it. */
+typedef int (*ntfs_archive_sink)(void *ud, const void *buf, size_t len);
+
+/* Writes the tree of ws (a view or a session's working state; borrowed)
+ * as an archive of format fmt to sink. Entry names are "./", "./a",
+ * "./a/b" (the root directory first, its attributes included), in
+ * byte order of the names within each directory, so the same commit
+ * gives the same archive bytes (uncompressed and zstd; gzip adds no time
+ * either). Sockets are skipped (tar cannot hold them). prog may be NULL. */
+int ntfs_archive_export(ntfs_ws *ws, enum ntfs_archive_format fmt, ntfs_archive_sink sink, void *ud,
+                        struct ntfs_archive_progress *prog, char *why, size_t whylen);
+
+struct ntfs_archive_limits {
+        uint64_t max_entries; /* 0: NTFS_ARCHIVE_DEFAULT_MAX_ENTRIES */
+        uint64_t max_bytes;   /* 0: NTFS_ARCHIVE_DEFAULT_MAX_BYTES */
+};
+
+/* Where an import reads from: fd >= 0 (borrowed, read sequentially to its
+ * end), else the memory mem[0..len) (borrowed for the call). */
+struct ntfs_archive_source {
+        int fd;
+        const void *mem;
+        size_t len;
+};
+
+/* Creates session name from the archive (see above). message: the commit's
+ * message (NULL: "import"). lim and prog may be NULL. On success *ret_head
+ * (may be NULL) is the new session's head, whose tree is the archive's. */
+int ntfs_archive_import(ntfs_store *st, const char *name, const struct ntfs_archive_source *src,
+                        const struct ntfs_archive_limits *lim, const char *message,
+                        struct ntfs_archive_progress *prog, ntfs_hash *ret_head, char *why, size_t whylen);
+
+/* Ends the temporary sessions of imports a crash interrupted. Call once at
+ * startup, before any import runs. Returns how many were ended. */
+int ntfs_archive_cleanup(ntfs_store *st);
+
+#endif

@@ -1,0 +1,673 @@
+/* SPDX-License-Identifier: MIT
+ * egress.c — the egress proxy for jailed programs (docs/gateway.md,
+ * "Egress proxy").
+ *
+ * One proxy per jailed run of a tool whose policy says `egress = true`:
+ * d_egress_run_begin() binds a Unix socket STORE/egress/E.sock (E: the
+ * run's effect id, mode 0600) and starts its accept thread; ntfs-jail
+ * relays 127.0.0.1:PORT inside the jail to it (--proxy-socket). Each
+ * connection gets a thread that reads one request head and either
+ *   - CONNECT host:port            -> a tunnel (for https), or
+ *   - METHOD http://host[:port]/p  -> one plain-HTTP request forwarded
+ *                                     (Host must name the same host),
+ * after the same checks as fetch_url: host on [fetch] allow_hosts, port on
+ * allow_ports, and every address actually connected to outside the
+ * private/loopback/link-local ranges unless the host is in private_hosts.
+ * A refusal is a 403 from the proxy. Every connection, allowed or refused,
+ * is an effect row of the run's session (tool "egress", irreversible, at
+ * the run's step). No credential is added (the tunnel is end to end).
+ * d_egress_run_end() stops accepting, cuts the connections still open and
+ * waits for their threads.
+ */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "ctl/daemon.h"
+#include "common/banned.h"
+
+#define HEAD_MAX (16 * 1024)          /* request line + headers */
+#define HEAD_TIMEOUT_MS (10 * 1000)   /* first byte to the end of the head */
+#define CONNECT_TIMEOUT_MS (10 * 1000)
+#define IDLE_TIMEOUT_MS (300 * 1000)  /* a tunnel with no traffic either way */
+#define MAX_CONNS 64                  /* per run */
+
+struct conn {
+        struct d_egress_run *run;
+        int client, upstream;
+        struct conn *next;
+};
+
+struct d_egress_run {
+        char *session;
+        int64_t parent; /* the effect id of the jailed call */
+        uint64_t step;
+        char *path;
+        int lfd;
+        int stop_pipe[2];
+        pthread_t acceptor;
+        bool acceptor_started;
+        pthread_mutex_t lock;
+        pthread_cond_t idle;
+        unsigned active, seq;
+        struct conn *conns;
+};
+
+/* ---- small I/O helpers ------------------------------------------------------------------- */
+
+static int write_all(int fd, const void *p, size_t n) {
+        const char *c = p;
+        while (n > 0) {
+                ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+                if (w < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                c += w;
+                n -= (size_t)w;
+        }
+        return 0;
+}
+
+static void reply_status(int fd, int status, const char *reason, const char *msg) {
+        char buf[1024];
+        int n = snprintf(buf, sizeof buf,
+                         "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
+                         "Connection: close\r\nX-Ntfs-Egress: refused\r\n\r\n%s\n",
+                         status, reason, strlen(msg) + 1, msg);
+        if (n > 0)
+                (void)write_all(fd, buf, NTFS_MIN((size_t)n, sizeof buf - 1));
+}
+
+/* Reads until the end of the head ("\r\n\r\n"). Returns the head's length
+ * (buf holds *got >= that many bytes; the rest is the body's start), 0 on
+ * EOF/timeout, -E2BIG when the head is too large. */
+static int read_head(int fd, char *buf, size_t cap, size_t *got) {
+        int64_t deadline = ntfs_mono_ns() + (int64_t)HEAD_TIMEOUT_MS * 1000000;
+        *got = 0;
+        for (;;) {
+                if (*got >= 4) {
+                        char *e = memmem(buf, *got, "\r\n\r\n", 4);
+                        if (e)
+                                return (int)(e - buf + 4);
+                }
+                if (*got >= cap)
+                        return -E2BIG;
+                int64_t left = (deadline - ntfs_mono_ns()) / 1000000;
+                if (left <= 0)
+                        return 0;
+                struct pollfd pf = { fd, POLLIN, 0 };
+                int pr = poll(&pf, 1, (int)left);
+                if (pr < 0 && errno == EINTR)
+                        continue;
+                if (pr <= 0)
+                        return 0;
+                ssize_t n = recv(fd, buf + *got, cap - *got, 0);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        return 0;
+                *got += (size_t)n;
+        }
+}
+
+/* ---- parsing ---------------------------------------------------------------------------- */
+
+/* Splits "host:port" / "[v6]:port" / "host" into a lower-case host (no
+ * brackets) and a port. Only host-name characters are accepted. */
+static int split_hostport(const char *s, size_t len, unsigned defport, char *host, size_t hostlen, unsigned *port) {
+        const char *h = s, *p = NULL;
+        size_t hl;
+        if (len > 0 && s[0] == '[') {
+                const char *rb = memchr(s, ']', len);
+                if (!rb)
+                        return -EINVAL;
+                h = s + 1;
+                hl = (size_t)(rb - h);
+                if ((size_t)(rb + 1 - s) < len) {
+                        if (rb[1] != ':')
+                                return -EINVAL;
+                        p = rb + 2;
+                }
+        } else {
+                const char *colon = memchr(s, ':', len);
+                hl = colon ? (size_t)(colon - s) : len;
+                if (colon)
+                        p = colon + 1;
+        }
+        if (hl == 0 || hl >= hostlen)
+                return -EINVAL;
+        for (size_t i = 0; i < hl; i++) {
+                unsigned char c = (unsigned char)h[i];
+                if (!(isalnum(c) || c == '.' || c == '-' || c == '_' || (s[0] == '[' && c == ':')))
+                        return -EINVAL;
+                host[i] = (char)tolower(c);
+        }
+        host[hl] = 0;
+        if (p) {
+                size_t pl = (size_t)(s + len - p);
+                char pb[8];
+                uint64_t v;
+                if (pl == 0 || pl >= sizeof pb)
+                        return -EINVAL;
+                memcpy(pb, p, pl);
+                pb[pl] = 0;
+                if (ntfs_parse_u64(pb, 65535, &v) < 0 || v == 0)
+                        return -EINVAL;
+                *port = (unsigned)v;
+        } else
+                *port = defport;
+        return 0;
+}
+
+/* The value of header name in head (first line excluded), trimmed; NULL. */
+static const char *find_header(const char *head, size_t len, const char *name, size_t *vlen) {
+        size_t nl = strlen(name);
+        const char *p = memchr(head, '\n', len);
+        const char *end = head + len;
+        while (p && p + 1 < end) {
+                const char *line = p + 1;
+                const char *eol = memchr(line, '\n', (size_t)(end - line));
+                if (!eol)
+                        break;
+                if ((size_t)(eol - line) > nl && strncasecmp(line, name, nl) == 0 && line[nl] == ':') {
+                        const char *v = line + nl + 1;
+                        const char *ve = eol;
+                        while (v < ve && (*v == ' ' || *v == '\t'))
+                                v++;
+                        while (ve > v && (ve[-1] == '\r' || ve[-1] == ' ' || ve[-1] == '\t'))
+                                ve--;
+                        *vlen = (size_t)(ve - v);
+                        return v;
+                }
+                p = eol;
+        }
+        return NULL;
+}
+
+/* ---- the checks and the connection to the host ------------------------------------------ */
+
+/* Resolves host and connects to the first address the rules allow.
+ * Returns the socket, or a negative error with why filled:
+ * -NTFS_EDENIED (every address restricted), -NTFS_EUPSTREAM. */
+static int connect_upstream(const char *host, unsigned port, char *addr_out, size_t addrlen, char *why,
+                            size_t whylen) {
+        char ps[8];
+        snprintf(ps, sizeof ps, "%u", port);
+        struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res = NULL;
+        int g = getaddrinfo(host, ps, &hints, &res);
+        if (g != 0) {
+                snprintf(why, whylen, "cannot resolve host '%s': %s", host, gai_strerror(g));
+                return -NTFS_EUPSTREAM;
+        }
+        bool private_ok = ntfs_policy_private_allowed(D.pol, host);
+        bool tried = false;
+        char denied[INET6_ADDRSTRLEN] = "";
+        snprintf(why, whylen, "cannot connect to '%s' port %u", host, port);
+        for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+                const void *ip = ai->ai_family == AF_INET ? (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr
+                                 : ai->ai_family == AF_INET6
+                                         ? (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr
+                                         : NULL;
+                if (!ip)
+                        continue;
+                char a[INET6_ADDRSTRLEN] = "?";
+                inet_ntop(ai->ai_family, ip, a, sizeof a);
+                if (!private_ok && ntfs_gateway_address_restricted(ai->ai_family, ip)) {
+                        snprintf(denied, sizeof denied, "%s", a);
+                        continue;
+                }
+                tried = true;
+                int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+                if (fd < 0)
+                        continue;
+                int r = connect(fd, ai->ai_addr, ai->ai_addrlen);
+                if (r < 0 && errno == EINPROGRESS) {
+                        struct pollfd pf = { fd, POLLOUT, 0 };
+                        int pr;
+                        while ((pr = poll(&pf, 1, CONNECT_TIMEOUT_MS)) < 0 && errno == EINTR)
+                                ;
+                        int so = ETIMEDOUT;
+                        socklen_t sl = sizeof so;
+                        if (pr == 1)
+                                getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &sl);
+                        r = so ? -1 : 0;
+                        errno = so;
+                }
+                if (r == 0) {
+                        int fl = fcntl(fd, F_GETFL);
+                        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+                        snprintf(addr_out, addrlen, "%s", a);
+                        freeaddrinfo(res);
+                        return fd;
+                }
+                snprintf(why, whylen, "cannot connect to '%s' (%s) port %u: %s", host, a, port, strerror(errno));
+                close(fd);
+        }
+        freeaddrinfo(res);
+        if (denied[0] && !tried) {
+                snprintf(why, whylen, "address %s of host '%s' is private, loopback or link-local "
+                                      "(fetch.private_hosts)", denied, host);
+                return -NTFS_EDENIED;
+        }
+        return -NTFS_EUPSTREAM;
+}
+
+/* Copies both ways until both sides are done (or idle too long). */
+static void relay(int a, int b, uint64_t *up, uint64_t *down) {
+        bool a_open = true, b_open = true;
+        char buf[65536];
+        while (a_open || b_open) {
+                struct pollfd pf[2] = { { a_open ? a : -1, POLLIN, 0 }, { b_open ? b : -1, POLLIN, 0 } };
+                int pr = poll(pf, 2, IDLE_TIMEOUT_MS);
+                if (pr < 0 && errno == EINTR)
+                        continue;
+                if (pr <= 0)
+                        return;
+                for (int i = 0; i < 2; i++) {
+                        if (!pf[i].revents)
+                                continue;
+                        int from = i == 0 ? a : b, to = i == 0 ? b : a;
+                        ssize_t n = recv(from, buf, sizeof buf, 0);
+                        if (n < 0 && errno == EINTR)
+                                continue;
+                        if (n <= 0 || write_all(to, buf, (size_t)n) < 0) {
+                                if (i == 0)
+                                        a_open = false;
+                                else
+                                        b_open = false;
+                                shutdown(to, SHUT_WR);
+                                if (i == 1) /* the host is done: nothing more can come back */
+                                        return;
+                                continue;
+                        }
+                        *(i == 0 ? up : down) += (uint64_t)n;
+                }
+        }
+}
+
+/* ---- one connection ------------------------------------------------------------------------ */
+
+static void journal_finish(int64_t id, bool ok, json_t *result, const char *reason) {
+        if (id <= 0)
+                return;
+        _cleanup_free_ char *s = result ? json_dumps(result, JSON_COMPACT) : NULL;
+        int r = ntfs_journal_effect_finish(D.j, id, ok ? NTFS_EFFECT_DONE : NTFS_EFFECT_FAILED, s, NULL, reason);
+        if (r < 0)
+                log_warn("egress: journal finish of effect %" PRId64 ": %s", id, ntfs_strerror(r));
+}
+
+static int64_t journal_begin(struct d_egress_run *run, const char *method, const char *host, unsigned port) {
+        pthread_mutex_lock(&run->lock);
+        unsigned n = ++run->seq;
+        pthread_mutex_unlock(&run->lock);
+        char key[96];
+        snprintf(key, sizeof key, "egress-%" PRId64 "-%u", run->parent, n);
+        json_t *in = json_pack("{s:s, s:s, s:i, s:I}", "method", method, "host", host, "port", (int)port,
+                               "parent_effect", (json_int_t)run->parent);
+        _cleanup_free_ char *ins = in ? json_dumps(in, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+        json_decref(in);
+        if (!ins)
+                return -ENOMEM;
+        struct ntfs_effect_intent it = { .session = run->session, .step = run->step, .tool = "egress",
+                                         .effect_class = "irreversible", .input_json = ins,
+                                         .idempotency_key = key };
+        struct ntfs_effect eff = { 0 };
+        bool existing = false;
+        int r = ntfs_journal_effect_begin(D.j, &it, &eff, &existing);
+        int64_t id = r < 0 ? r : eff.id;
+        ntfs_effect_release(&eff);
+        if (r < 0)
+                log_warn("egress: journal begin: %s", ntfs_strerror(r));
+        return id;
+}
+
+static void handle(struct conn *c) {
+        struct d_egress_run *run = c->run;
+        int fd = c->client;
+        _cleanup_free_ char *buf = malloc(HEAD_MAX);
+        if (!buf)
+                return;
+        size_t got = 0;
+        int hl = read_head(fd, buf, HEAD_MAX, &got);
+        if (hl == -E2BIG) {
+                reply_status(fd, 431, "Request Header Fields Too Large", "ntfs egress: request head too large");
+                return;
+        }
+        if (hl <= 0)
+                return;
+        /* Request line: METHOD SP TARGET SP HTTP/1.x */
+        const char *eol = memchr(buf, '\r', (size_t)hl);
+        const char *sp1 = memchr(buf, ' ', (size_t)(eol - buf));
+        const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1)) : NULL;
+        if (!sp1 || !sp2 || sp1 == buf || sp2 == sp1 + 1 || (size_t)(eol - sp2 - 1) != 8 ||
+            strncmp(sp2 + 1, "HTTP/1.", 7) != 0 || (size_t)(sp1 - buf) > 16) {
+                reply_status(fd, 400, "Bad Request", "ntfs egress: malformed request line");
+                return;
+        }
+        char method[17];
+        memcpy(method, buf, (size_t)(sp1 - buf));
+        method[sp1 - buf] = 0;
+        const char *target = sp1 + 1;
+        size_t tl = (size_t)(sp2 - target);
+        bool tunnel = strcmp(method, "CONNECT") == 0;
+        char host[256];
+        unsigned port = 0;
+        const char *path = NULL; /* plain http: origin-form target */
+        size_t path_len = 0;
+        char why[512] = "";
+        int status = 0;
+        if (tunnel) {
+                if (split_hostport(target, tl, 0, host, sizeof host, &port) < 0 || port == 0) {
+                        reply_status(fd, 400, "Bad Request", "ntfs egress: CONNECT needs host:port");
+                        return;
+                }
+        } else {
+                if (tl < 8 || strncasecmp(target, "http://", 7) != 0) {
+                        reply_status(fd, 400, "Bad Request",
+                                     "ntfs egress: plain requests need an absolute http:// URL "
+                                     "(use CONNECT for https)");
+                        return;
+                }
+                const char *auth = target + 7;
+                const char *slash = memchr(auth, '/', tl - 7);
+                const char *q = memchr(auth, '?', tl - 7);
+                const char *aend = slash ? slash : target + tl;
+                if (q && q < aend)
+                        aend = q;
+                if (memchr(auth, '@', (size_t)(aend - auth)) ||
+                    split_hostport(auth, (size_t)(aend - auth), 80, host, sizeof host, &port) < 0) {
+                        reply_status(fd, 400, "Bad Request", "ntfs egress: bad host in the URL");
+                        return;
+                }
+                path = slash ? slash : "/";
+                path_len = slash ? (size_t)(target + tl - slash) : 1;
+                /* Host must name the URL's host (no fronting another virtual host). */
+                size_t hvl = 0;
+                const char *hv = find_header(buf, (size_t)hl, "Host", &hvl);
+                char hh[256];
+                unsigned hp = 0;
+                if (!hv || split_hostport(hv, hvl, 80, hh, sizeof hh, &hp) < 0 || strcmp(hh, host) != 0 ||
+                    hp != port) {
+                        int64_t id = journal_begin(run, method, host, port);
+                        snprintf(why, sizeof why, "Host header does not match the URL's host '%s'", host);
+                        json_t *res = json_pack("{s:i, s:s}", "status", 403, "refused", why);
+                        journal_finish(id, false, res, why);
+                        json_decref(res);
+                        char msg[600];
+                        snprintf(msg, sizeof msg, "ntfs egress: %s", why);
+                        reply_status(fd, 403, "Forbidden", msg);
+                        return;
+                }
+        }
+        int64_t id = journal_begin(run, method, host, port);
+        int64_t t0 = ntfs_mono_ns();
+        int err = 0;
+        if (!ntfs_policy_host_allowed(D.pol, host)) {
+                snprintf(why, sizeof why, "host '%s' not in fetch.allow_hosts", host);
+                err = -NTFS_EDENIED;
+        } else if (!ntfs_policy_port_allowed(D.pol, port)) {
+                snprintf(why, sizeof why, "port %u of host '%s' not in fetch.allow_ports", port, host);
+                err = -NTFS_EDENIED;
+        }
+        char addr[INET6_ADDRSTRLEN] = "";
+        int up = -1;
+        if (!err) {
+                up = connect_upstream(host, port, addr, sizeof addr, why, sizeof why);
+                if (up < 0)
+                        err = up;
+        }
+        if (err) {
+                status = err == -NTFS_EDENIED ? 403 : 502;
+                json_t *res = json_pack("{s:i, s:s}", "status", status, "refused", why);
+                journal_finish(id, false, res, why);
+                json_decref(res);
+                char msg[600];
+                snprintf(msg, sizeof msg, "ntfs egress: %s", why);
+                reply_status(fd, status, status == 403 ? "Forbidden" : "Bad Gateway", msg);
+                log_info("egress %s: %s %s:%u refused: %s", run->session, method, host, port, why);
+                return;
+        }
+        pthread_mutex_lock(&run->lock);
+        c->upstream = up;
+        pthread_mutex_unlock(&run->lock);
+        uint64_t bytes_up = 0, bytes_down = 0;
+        int wr = 0;
+        if (tunnel) {
+                static const char ok[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
+                wr = write_all(fd, ok, sizeof ok - 1);
+                if (wr == 0 && got > (size_t)hl)
+                        wr = write_all(up, buf + hl, got - (size_t)hl);
+        } else {
+                /* origin-form request line, hop-by-hop and proxy headers dropped, one request */
+                struct jbuf_s {
+                        char *p;
+                        size_t len;
+                } out = { malloc(HEAD_MAX + 64), 0 };
+                if (!out.p)
+                        wr = -ENOMEM;
+                else {
+                        int n = snprintf(out.p, HEAD_MAX + 64, "%s %.*s %.8s\r\n", method, (int)path_len, path,
+                                         sp2 + 1);
+                        out.len = (size_t)n;
+                        const char *line = eol + 2;
+                        const char *hend = buf + hl - 2; /* the final empty line */
+                        while (line < hend) {
+                                const char *le = memmem(line, (size_t)(hend - line), "\r\n", 2);
+                                if (!le)
+                                        break;
+                                size_t ll = (size_t)(le - line) + 2;
+                                static const char *const drop[] = { "proxy-connection:", "proxy-authorization:",
+                                                                    "connection:", "keep-alive:", "te:",
+                                                                    "upgrade:" };
+                                bool skip = false;
+                                for (size_t i = 0; i < ARRAY_SIZE(drop); i++)
+                                        if (strncasecmp(line, drop[i], strlen(drop[i])) == 0)
+                                                skip = true;
+                                if (!skip && out.len + ll < HEAD_MAX + 40) {
+                                        memcpy(out.p + out.len, line, ll);
+                                        out.len += ll;
+                                }
+                                line = le + 2;
+                        }
+                        static const char closing[] = "Connection: close\r\n\r\n";
+                        memcpy(out.p + out.len, closing, sizeof closing - 1);
+                        out.len += sizeof closing - 1;
+                        wr = write_all(up, out.p, out.len);
+                        if (wr == 0 && got > (size_t)hl)
+                                wr = write_all(up, buf + hl, got - (size_t)hl);
+                        bytes_up += out.len;
+                        free(out.p);
+                }
+        }
+        bytes_up += got > (size_t)hl ? got - (size_t)hl : 0;
+        if (wr == 0)
+                relay(fd, up, &bytes_up, &bytes_down);
+        pthread_mutex_lock(&run->lock);
+        c->upstream = -1;
+        pthread_mutex_unlock(&run->lock);
+        close(up);
+        json_t *res = json_pack("{s:s, s:s, s:I, s:I, s:I}", "mode", tunnel ? "tunnel" : "forward", "address", addr,
+                                "bytes_up", (json_int_t)bytes_up, "bytes_down", (json_int_t)bytes_down,
+                                "duration_ms", (json_int_t)((ntfs_mono_ns() - t0) / 1000000));
+        journal_finish(id, wr == 0, res, wr == 0 ? NULL : "write to the host failed");
+        json_decref(res);
+        log_debug("egress %s: %s %s:%u via %s, %" PRIu64 " up, %" PRIu64 " down", run->session, method, host, port,
+                  addr, bytes_up, bytes_down);
+}
+
+static void *conn_main(void *arg) {
+        struct conn *c = arg;
+        struct d_egress_run *run = c->run;
+        handle(c);
+        pthread_mutex_lock(&run->lock);
+        for (struct conn **p = &run->conns; *p; p = &(*p)->next)
+                if (*p == c) {
+                        *p = c->next;
+                        break;
+                }
+        close(c->client);
+        free(c);
+        if (--run->active == 0)
+                pthread_cond_broadcast(&run->idle);
+        pthread_mutex_unlock(&run->lock);
+        return NULL;
+}
+
+static void *accept_main(void *arg) {
+        struct d_egress_run *run = arg;
+        for (;;) {
+                struct pollfd pf[2] = { { run->lfd, POLLIN, 0 }, { run->stop_pipe[0], POLLIN, 0 } };
+                int pr = poll(pf, 2, -1);
+                if (pr < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return NULL;
+                }
+                if (pf[1].revents)
+                        return NULL;
+                int fd = accept4(run->lfd, NULL, NULL, SOCK_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                pthread_mutex_lock(&run->lock);
+                if (run->active >= MAX_CONNS) {
+                        pthread_mutex_unlock(&run->lock);
+                        reply_status(fd, 503, "Service Unavailable", "ntfs egress: too many connections");
+                        close(fd);
+                        continue;
+                }
+                struct conn *c = calloc(1, sizeof *c);
+                pthread_t t;
+                pthread_attr_t at;
+                bool ok = c != NULL && pthread_attr_init(&at) == 0;
+                if (ok) {
+                        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+                        c->run = run;
+                        c->client = fd;
+                        c->upstream = -1;
+                        c->next = run->conns;
+                        run->conns = c;
+                        run->active++;
+                        if (pthread_create(&t, &at, conn_main, c) != 0) {
+                                run->conns = c->next;
+                                run->active--;
+                                ok = false;
+                        }
+                        pthread_attr_destroy(&at);
+                }
+                pthread_mutex_unlock(&run->lock);
+                if (!ok) {
+                        free(c);
+                        close(fd);
+                }
+        }
+}
+
+/* ---- the run ---------------------------------------------------------------------------- */
+
+void d_egress_run_end(struct d_egress_run *run) {
+        if (!run)
+                return;
+        if (run->acceptor_started) {
+                char b = 1;
+                while (write(run->stop_pipe[1], &b, 1) < 0 && errno == EINTR)
+                        ;
+                pthread_join(run->acceptor, NULL);
+        }
+        pthread_mutex_lock(&run->lock);
+        for (struct conn *c = run->conns; c; c = c->next) {
+                shutdown(c->client, SHUT_RDWR);
+                if (c->upstream >= 0)
+                        shutdown(c->upstream, SHUT_RDWR);
+        }
+        while (run->active > 0)
+                pthread_cond_wait(&run->idle, &run->lock);
+        pthread_mutex_unlock(&run->lock);
+        if (run->lfd >= 0)
+                close(run->lfd);
+        if (run->stop_pipe[0] >= 0)
+                close(run->stop_pipe[0]);
+        if (run->stop_pipe[1] >= 0)
+                close(run->stop_pipe[1]);
+        if (run->path)
+                unlink(run->path);
+        pthread_mutex_destroy(&run->lock);
+        pthread_cond_destroy(&run->idle);
+        free(run->path);
+        free(run->session);
+        free(run);
+}
+
+int d_egress_run_begin(const char *session, int64_t parent_effect, uint64_t step, struct d_egress_run **ret,
+                       const char **ret_path) {
+        struct d_egress_run *run = calloc(1, sizeof *run);
+        if (!run)
+                return -ENOMEM;
+        run->lfd = run->stop_pipe[0] = run->stop_pipe[1] = -1;
+        pthread_mutex_init(&run->lock, NULL);
+        pthread_cond_init(&run->idle, NULL);
+        run->parent = parent_effect;
+        run->step = step;
+        run->session = strdup(session);
+        char dir[PATH_MAX], path[PATH_MAX];
+        snprintf(dir, sizeof dir, "%s/egress", D.store_dir);
+        int r = 0;
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+                r = -errno;
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int n = snprintf(path, sizeof path, "%s/%" PRId64 ".sock", dir, parent_effect);
+        if (r == 0 && (n < 0 || (size_t)n >= sizeof sa.sun_path))
+                r = -ENAMETOOLONG;
+        if (r == 0 && (!run->session || !(run->path = strdup(path))))
+                r = -ENOMEM;
+        if (r == 0 && pipe2(run->stop_pipe, O_CLOEXEC) < 0)
+                r = -errno;
+        if (r == 0 && (run->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+                r = -errno;
+        if (r == 0) {
+                memcpy(sa.sun_path, path, (size_t)n + 1);
+                (void)unlink(path); /* a stale one of a crashed daemon */
+                /* No umask games (other threads create files): the 0700
+                 * directory keeps everyone else out until the chmod. */
+                if (bind(run->lfd, (struct sockaddr *)&sa, sizeof sa) < 0)
+                        r = -errno;
+        }
+        if (r == 0 && chmod(path, 0600) < 0)
+                r = -errno;
+        if (r == 0 && listen(run->lfd, 64) < 0)
+                r = -errno;
+        if (r == 0) {
+                if (pthread_create(&run->acceptor, NULL, accept_main, run) != 0)
+                        r = -EAGAIN;
+                else
+                        run->acceptor_started = true;
+        }
+        if (r < 0) {
+                d_egress_run_end(run);
+                return r;
+        }
+        *ret = run;
+        *ret_path = run->path;
+        return 0;
+}

@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT
+ * fuzz_archive.c — libFuzzer target: arbitrary bytes as an archive given to
+ * ntfs_archive_import() (ctl/archive.h), i.e. libarchive's readers plus our
+ * entry handling (paths, links, symlinks, xattrs, limits). Invariants
+ * (abort on violation):
+ *   - import returns 0 or one of the documented errors, with a message;
+ *   - on failure no session is left behind (neither the name nor a
+ *     temporary ".import-" session);
+ *   - on success the new session exists and exports again as a tar.
+ * One store (a temporary directory) serves the whole run; imported sessions
+ * are ended and the store collected every 256 inputs.
+ *
+ * Built as `fuzz_archive` with -Dfuzz=true (CC=clang; see the fuzz block of
+ * fs/meson.build). Corpus: tests/fuzz/archive/ (small tars).
+ */
+#include <errno.h>
+#include <ftw.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "ctl/archive.h"
+#include "fs/store.h"
+#include "common/banned.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static ntfs_store *fst;
+static char fdir[64];
+static uint64_t fcount;
+
+static void check(bool ok, const char *what) {
+        if (!ok) {
+                fprintf(stderr, "fuzz_archive: invariant violated: %s\n", what);
+                abort();
+        }
+}
+
+static int count_cb(const struct ntfs_session_info *si, void *ud) {
+        (void)si;
+        (*(int *)ud)++;
+        return 0;
+}
+
+static int null_sink(void *ud, const void *buf, size_t len) {
+        (void)buf;
+        *(size_t *)ud += len;
+        return 0;
+}
+
+static int rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+        (void)sb;
+        (void)flag;
+        (void)ftw;
+        return remove(path) < 0 ? -1 : 0;
+}
+
+/* libFuzzer leaves through exit(): close the store, remove its directory. */
+static void teardown(void) {
+        if (!fst)
+                return;
+        ntfs_store_close(fst);
+        fst = NULL;
+        nftw(fdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void setup(void) {
+        if (fst)
+                return;
+        snprintf(fdir, sizeof fdir, "/tmp/fuzz-archive-XXXXXX");
+        check(mkdtemp(fdir) != NULL, "mkdtemp");
+        struct ntfs_store_opts o = { .initial_map_bytes = 1ull << 30, .no_flusher = true };
+        check(ntfs_store_open(fdir, &o, &fst) == 0, "store open");
+        atexit(teardown);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+        setup();
+        char name[32];
+        snprintf(name, sizeof name, "fz%llu", (unsigned long long)fcount++);
+        struct ntfs_archive_source src = { .fd = -1, .mem = data, .len = size };
+        struct ntfs_archive_limits lim = { .max_entries = 2000, .max_bytes = 64u << 20 };
+        char why[256] = "";
+        ntfs_hash head;
+        int rc = ntfs_archive_import(fst, name, &src, &lim, NULL, NULL, &head, why, sizeof why);
+        int n = 0;
+        check(ntfs_session_list(fst, count_cb, &n) == 0, "session list");
+        if (rc < 0) {
+                check(rc == -NTFS_EDENIED || rc == -NTFS_ETOOLARGE || rc == -NTFS_EBADREQ || rc == -ENOSPC ||
+                              rc == -ENOMEM,
+                      "import: undocumented error");
+                check(why[0] != 0, "import failed without a message");
+                check(n == 0, "a failed import left a session behind");
+        } else {
+                check(n == 1, "a successful import did not leave exactly one session");
+                ntfs_ws *ws = NULL;
+                check(ntfs_ws_open(fst, name, &ws) == 0, "open the imported session");
+                size_t bytes = 0;
+                rc = ntfs_archive_export(ws, NTFS_ARCHIVE_TAR, null_sink, &bytes, NULL, why, sizeof why);
+                ntfs_ws_close(ws);
+                check(rc == 0 && bytes > 0, "the imported session does not export");
+                check(ntfs_session_end(fst, name) == 0, "session end");
+        }
+        if (fcount % 256 == 0) {
+                struct ntfs_gc_stats gs;
+                check(ntfs_gc(fst, NULL, 0, &gs) == 0, "gc");
+        }
+        return 0;
+}
