@@ -91,8 +91,6 @@ int d_session_mountpoint(const char *session, char **ret);
 void d_flush_session_mounts(const char *session);
 int d_checkpoint(const char *name, const char *msg, const char *effect, ntfs_hash *h, bool *changed);
 
-/* routes-exec.c: one journaled, policed, jailed tool call */
-const char *d_class_name(enum ntfs_effect_class c);
 /* Policy L1 + L2 for one call of tool in session: checks the persistent
  * counters (journal) and the workspace size (store), charges the call
  * counters, and gives the limits to run it with. -NTFS_EDENIED,

@@ -53,21 +53,6 @@ static void shell_state_set(const char *session, const char *state) {
         pthread_mutex_unlock(&D.lock);
 }
 
-const char *d_class_name(enum ntfs_effect_class c) {
-        switch (c) {
-        case NTFS_CLASS_NO_SIDE_EFFECTS:
-                return "no_side_effects";
-        case NTFS_CLASS_REPLAYABLE_FAST:
-                return "replayable_fast";
-        case NTFS_CLASS_REPLAYABLE_EXPENSIVE:
-                return "replayable_expensive";
-        case NTFS_CLASS_IRREVERSIBLE:
-                return "irreversible";
-        default:
-                return "recorded";
-        }
-}
-
 /* The session's quota usage: persistent counters from the journal plus the
  * workspace's current size from the store. */
 static void load_usage(const char *session, struct ntfs_quota_usage *u) {
@@ -136,7 +121,7 @@ static json_t *recorded_result(const struct ntfs_effect *eff, const struct ntfs_
                                 eff->reason);
         }
         json_object_set_new(res, "replayed", json_true());
-        json_object_set_new(res, "effect", json_string(d_class_name(spec->cls)));
+        json_object_set_new(res, "effect", json_string(ntfs_effect_class_name(spec->cls)));
         json_object_set_new(res, "effect_id", json_integer(eff->id));
         return res;
 }
@@ -191,7 +176,7 @@ static int run_tool(const char *session, const char *tool, const char *command, 
         if (ntfs_journal_effect_list(D.j, session, 0, 0, 0, &list, &nprev) == 0)
                 ntfs_effects_free(list, nprev);
         struct ntfs_effect_intent in = { .session = session, .step = nprev + 1, .tool = tool,
-                                         .effect_class = d_class_name(spec->cls), .input_json = input_s,
+                                         .effect_class = ntfs_effect_class_name(spec->cls), .input_json = input_s,
                                          .idempotency_key = key, .commit_before = before };
         bool existing = false;
         r = ntfs_journal_effect_begin(D.j, &in, &eff, &existing);
@@ -244,7 +229,10 @@ static int run_tool(const char *session, const char *tool, const char *command, 
         if (egress)
                 d_egress_run_end(egress);
         if (r < 0) {
-                snprintf(why, whylen, "jail failed: %s", jr.reason ? jr.reason : ntfs_strerror(r));
+                if (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) /* ended while it was starting */
+                        snprintf(why, whylen, "cancelled");
+                else
+                        snprintf(why, whylen, "jail failed: %s", jr.reason ? jr.reason : ntfs_strerror(r));
                 ntfs_journal_effect_finish(D.j, eff.id, NTFS_EFFECT_FAILED, NULL, NULL, why);
                 ntfs_jail_result_release(&jr);
                 ntfs_effect_release(&eff);
@@ -258,12 +246,12 @@ static int run_tool(const char *session, const char *tool, const char *command, 
                                 jr.err_len, "stdout_truncated", jr.out_truncated, "stderr_truncated",
                                 jr.err_truncated, "duration_ms", (json_int_t)(jr.duration_ns / 1000000),
                                 "timed_out", jr.timed_out, "oom", jr.oom, "tool", tool, "effect",
-                                d_class_name(spec->cls));
+                                ntfs_effect_class_name(spec->cls));
         if (!res) /* output not valid UTF-8: return it lossily as base64-free replacement */
                 res = json_pack("{s:i, s:s, s:s, s:b, s:I, s:s, s:s}", "exit_code", jr.exit_code, "stdout",
                                 "[binary output]", "stderr", "", "timed_out", jr.timed_out, "duration_ms",
                                 (json_int_t)(jr.duration_ns / 1000000), "tool", tool, "effect",
-                                d_class_name(spec->cls));
+                                ntfs_effect_class_name(spec->cls));
         char after[NTFS_HEX_LEN + 1] = "";
         if (spec->checkpoint_after) {
                 ntfs_hash h;

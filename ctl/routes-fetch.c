@@ -128,7 +128,7 @@ static int run_fetch(const char *session, const char *url, const char *method, c
         if (!input_s)
                 return -ENOMEM;
         struct ntfs_effect_intent in = { .session = session, .step = next_step(session), .tool = tool,
-                                         .effect_class = d_class_name(spec->cls), .input_json = input_s,
+                                         .effect_class = ntfs_effect_class_name(spec->cls), .input_json = input_s,
                                          .idempotency_key = key };
         _cleanup_(ntfs_effect_release) struct ntfs_effect eff = { 0 };
         bool existing = false;
@@ -162,7 +162,7 @@ static int run_fetch(const char *session, const char *url, const char *method, c
                 return -ENOMEM;
         }
         json_object_set_new(res, "tool", json_string(tool));
-        json_object_set_new(res, "effect", json_string(d_class_name(spec->cls)));
+        json_object_set_new(res, "effect", json_string(ntfs_effect_class_name(spec->cls)));
         json_object_set_new(res, "effect_id", json_integer(eff.id));
         _cleanup_free_ char *res_s = json_dumps(res, JSON_COMPACT);
         r = ntfs_journal_effect_finish(D.j, eff.id, NTFS_EFFECT_DONE, res_s, NULL, NULL);
@@ -260,8 +260,8 @@ static int run_llm(const char *session, json_t *request, const char *key, json_t
                         snprintf(k, sizeof k, "%s/r%u", key, n);
                 ntfs_effect_release(&eff);
                 struct ntfs_effect_intent in = { .session = session, .step = next_step(session), .tool = tool,
-                                                 .effect_class = d_class_name(spec->cls), .input_json = input_s,
-                                                 .idempotency_key = k };
+                                                 .effect_class = ntfs_effect_class_name(spec->cls),
+                                                 .input_json = input_s, .idempotency_key = k };
                 r = ntfs_journal_effect_begin(D.j, &in, &eff, &existing);
                 if (r < 0) {
                         snprintf(why, whylen, "journal: %s", ntfs_strerror(r));
