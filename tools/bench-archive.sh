@@ -34,7 +34,7 @@ cleanup() {
                 for _ in $(seq 50); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
                 kill -KILL -- "-$DPID" 2>/dev/null || true
         fi
-        grep -o " $W/[^ ]*" /proc/self/mounts 2>/dev/null | while read -r m; do fusermount3 -uz "$m" || true; done
+        { grep -o " $W/[^ ]*" /proc/self/mounts 2>/dev/null || true; } | while read -r m; do fusermount3 -uz "$m" || true; done
         rm -rf "$W"
 }
 trap cleanup EXIT
