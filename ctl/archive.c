@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * archive.c — export a workspace to a tar stream and import one as a new
- * session (archive.h has the contract, docs/archive.md the design).
+ * session (tarball.h has the contract, docs/archive.md the design).
  *
  * libarchive is used at this one boundary: its ARCHIVE_* results become a
  * negative error plus a message here, and nothing else in ntfs sees it.
@@ -24,7 +24,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "ctl/archive.h"
+#include "ctl/tarball.h"
 #include "common/banned.h"
 
 #define DATA_BUF (256u * 1024)        /* file data read from the store per call */

@@ -15,7 +15,7 @@
 
 #include "common/cleanup.h"
 #include "common/err.h"
-#include "ctl/archive.h"
+#include "ctl/tarball.h"
 #include "fs/store.h"
 #include "tests/unit/tap.h"
 #include "common/banned.h"

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT
- * archive.h — workspaces to and from tar archives, through libarchive.
+ * tarball.h — workspaces to and from tar archives, through libarchive.
  *
  * Export walks a workspace handle (normally a read-only view of one commit,
  * ntfs_ws_open_view(), so the archive is a consistent commit whatever else
@@ -44,11 +44,6 @@
  * written to why (NUL-terminated, never NULL when whylen > 0). Nothing here
  * prints or exits.
  */
-/* This file's name is also libarchive's <archive.h>, and meson puts ctl/ on
- * the include path of ctl's targets: so that `#include <archive.h>` still
- * reaches libarchive, this header pulls libarchive's in first. */
-#include_next <archive.h>
-
 #ifndef NTFS_CTL_ARCHIVE_H
 #define NTFS_CTL_ARCHIVE_H
 
