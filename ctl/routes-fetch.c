@@ -120,6 +120,12 @@ static int run_fetch(const char *session, const char *url, const char *method, c
                 snprintf(why, whylen, "method '%.16s' not supported (GET, HEAD, POST)", method);
                 return -NTFS_EBADREQ;
         }
+        /* A known key is served before the policy: a replay is not a new call. */
+        if (key) {
+                _cleanup_(ntfs_effect_release) struct ntfs_effect known = { 0 };
+                if (ntfs_journal_effect_get_by_key(D.j, session, key, &known) == 0)
+                        return serve_recorded_fetch(&known, ret, why, whylen);
+        }
         int r = admit(session, tool, why, whylen);
         if (r < 0)
                 return r;
@@ -226,9 +232,7 @@ static int run_llm(const char *session, json_t *request, const char *key, json_t
                 json_object_set_new(*ret, "journaled", json_false());
                 return 0;
         }
-        int r = admit(session, tool, why, whylen);
-        if (r < 0)
-                return r;
+        int r;
         _cleanup_free_ char *input_s = json_dumps(request, JSON_COMPACT | JSON_SORT_KEYS);
         if (!input_s)
                 return -ENOMEM;
@@ -245,6 +249,31 @@ static int run_llm(const char *session, json_t *request, const char *key, json_t
                 snprintf(why, whylen, "idempotency_key longer than %d bytes", NTFS_JOURNAL_MAX_KEY - 8);
                 return -NTFS_EBADREQ;
         }
+        /* A recorded generation is served before the policy (a resume is not a new call). */
+        for (unsigned n = 0; n < LLM_RETRY_CHAIN_MAX; n++) {
+                char k[NTFS_JOURNAL_MAX_KEY + 1];
+                if (n == 0)
+                        snprintf(k, sizeof k, "%s", key);
+                else
+                        snprintf(k, sizeof k, "%s/r%u", key, n);
+                _cleanup_(ntfs_effect_release) struct ntfs_effect known = { 0 };
+                if (ntfs_journal_effect_get_by_key(D.j, session, k, &known) < 0)
+                        break;
+                if (known.status == NTFS_EFFECT_DONE) {
+                        json_t *res = known.result_json ? json_loads(known.result_json, 0, NULL) : NULL;
+                        if (json_is_object(res)) {
+                                json_object_set_new(res, "replayed", json_true());
+                                json_object_set_new(res, "effect_id", json_integer(known.id));
+                                *ret = res;
+                                return 0;
+                        }
+                        json_decref(res);
+                        break;
+                }
+        }
+        r = admit(session, tool, why, whylen);
+        if (r < 0)
+                return r;
         _cleanup_(ntfs_effect_release) struct ntfs_effect eff = { 0 };
         bool existing = true;
         for (unsigned n = 0; existing; n++) {
