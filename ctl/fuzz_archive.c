@@ -110,3 +110,54 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         return 0;
 }
+
+#ifdef FUZZ_REPLAY_MAIN
+/* The normal build's regression test (fs/meson.build, "archive-corpus"):
+ * every file of the directory argv[1] (tests/fuzz/archive/) through the
+ * target above, one TAP line each; an invariant violation aborts. */
+#include <dirent.h>
+
+#include "common/util.h"
+
+static int name_cmp(const void *a, const void *b) {
+        return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int main(int argc, char **argv) {
+        if (argc != 2) {
+                fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
+                return 2;
+        }
+        DIR *d = opendir(argv[1]);
+        if (!d) {
+                printf("1..1\nnot ok 1 - corpus directory %s: %s\n", argv[1], strerror(errno));
+                return 1;
+        }
+        char *files[1024];
+        size_t n = 0;
+        struct dirent *de;
+        while ((de = readdir(d)) && n < sizeof files / sizeof files[0])
+                if (de->d_name[0] != '.')
+                        files[n++] = strdup(de->d_name);
+        closedir(d);
+        qsort(files, n, sizeof files[0], name_cmp);
+        int failed = 0;
+        for (size_t i = 0; i < n; i++) {
+                char p[8192];
+                snprintf(p, sizeof p, "%s/%s", argv[1], files[i] ? files[i] : "?");
+                char *buf = NULL;
+                size_t len = 0;
+                if (!files[i] || ntfs_read_file(p, 16u << 20, &buf, &len) < 0) {
+                        failed++;
+                        printf("not ok %zu - %s (unreadable)\n", i + 1, p);
+                } else {
+                        LLVMFuzzerTestOneInput((const uint8_t *)buf, len);
+                        printf("ok %zu - %s (%zu bytes)\n", i + 1, files[i], len);
+                }
+                free(buf);
+                free(files[i]);
+        }
+        printf("1..%zu\n", n);
+        return failed ? 1 : 0;
+}
+#endif

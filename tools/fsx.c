@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -51,6 +52,7 @@
 #define MAXLEN (384 * 1024)     /* crosses the store's 64 KiB chunks */
 #define MAXSNAPS 6              /* checkpoints remembered per session */
 #define FULL_EVERY 64
+#define GC_EVERY 2000           /* POST /v1/gc, then a full check */
 
 static const char *const names[NNAMES] = { "f0", "f1", "f2", "f3", "f4", "f5", "d/g0", "d/g1" };
 
@@ -157,6 +159,11 @@ static int model_new_inode(struct model *m) {
 /* ---- reporting --------------------------------------------------------------------- */
 
 static uint64_t seed, nops, opno;
+static volatile sig_atomic_t stop_requested; /* SIGINT/SIGTERM: stop cleanly */
+static void on_stop(int sig) {
+        (void)sig;
+        stop_requested = 1;
+}
 static uint64_t inject_at = UINT64_MAX; /* -X: corrupt the model here (self-test) */
 static bool verbose;
 static char oplog[32][160];
@@ -400,7 +407,7 @@ static void check_all(const struct sess *s) {
 /* ---- operations ------------------------------------------------------------------------------ */
 
 static uint64_t n_read, n_write, n_hole, n_trunc, n_mmap, n_create, n_unlink, n_rename, n_link, n_ckpt, n_rb,
-        n_rb_refused, n_fork, n_fsync;
+        n_rb_refused, n_fork, n_fsync, n_gc;
 
 static int pick_existing(const struct sess *s) {
         int c[NNAMES], n = 0;
@@ -729,13 +736,14 @@ static void one_op(void) {
 
 static void usage(FILE *f) {
         fprintf(f,
-                "usage: fsx -s SOCKET [-N OPS] [-S SEED] [-d DIR] [-v] [-k] [-X OP]\n"
+                "usage: fsx -s SOCKET [-N OPS] [-S SEED] [-d DIR] [-T SECS] [-v] [-k] [-X OP]\n"
                 "  -s SOCKET  ntfsd's control socket (or $NTFS_SOCKET)\n"
                 "  -N OPS     operations to run (default 10000)\n"
                 "  -S SEED    seed of the random choices (default: from the clock; printed)\n"
                 "  -d DIR     where to create the mountpoints (default: a new /tmp/fsx-XXXXXX)\n"
                 "  -v         print every operation\n"
                 "  -k         keep the sessions (and mounts) at the end\n"
+                "  -T SECS    stop after SECS seconds (with the checks and the summary)\n"
                 "  -X OP      self-test: corrupt the model at operation OP; fsx must then fail\n"
                 "exit: 0 all checks held, 1 a mismatch or failed call, 2 usage/setup error\n");
 }
@@ -743,10 +751,11 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
         const char *sock = getenv("NTFS_SOCKET");
         const char *dir = NULL;
+        uint64_t max_secs = 0;
         nops = 10000;
         seed = (uint64_t)ntfs_now_ns() ^ ((uint64_t)getpid() << 32);
         int c;
-        while ((c = getopt(argc, argv, "s:N:S:d:X:vkh")) != -1) {
+        while ((c = getopt(argc, argv, "s:N:S:d:X:T:vkh")) != -1) {
                 switch (c) {
                 case 's':
                         sock = optarg;
@@ -765,6 +774,12 @@ int main(int argc, char **argv) {
                         break;
                 case 'd':
                         dir = optarg;
+                        break;
+                case 'T':
+                        if (ntfs_parse_u64(optarg, UINT64_MAX / 1000000000ull, &max_secs) < 0) {
+                                usage(stderr);
+                                return 2;
+                        }
                         break;
                 case 'X':
                         if (ntfs_parse_u64(optarg, UINT64_MAX, &inject_at) < 0) {
@@ -830,23 +845,42 @@ int main(int argc, char **argv) {
         if (mkdir(d, 0755) < 0)
                 fail("mkdir %s: %m", d);
         checkpoint(m);
+        struct sigaction sa = { .sa_handler = on_stop, .sa_flags = SA_RESTART };
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
         int64_t t0 = ntfs_mono_ns();
-        for (opno = 0; opno < nops; opno++) {
+        uint64_t done_ops = 0;
+        for (opno = 0; opno < nops && !stop_requested; opno++) {
                 one_op();
-                if (!verbose && opno && opno % 100000 == 0)
-                        printf("fsx: %" PRIu64 " operations, %.0f s\n", opno, (double)(ntfs_mono_ns() - t0) / 1e9);
+                done_ops = opno + 1;
+                if (!verbose && done_ops % 10000 == 0)
+                        printf("fsx: %" PRIu64 " operations, %.0f s\n", done_ops,
+                               (double)(ntfs_mono_ns() - t0) / 1e9);
+                if (done_ops % GC_EVERY == 0) {
+                        /* The store's gc must keep everything live: both
+                         * working states, every remembered checkpoint. */
+                        logop("gc");
+                        api_must("POST", "/v1/gc", NULL, NULL);
+                        n_gc++;
+                        for (int i = 0; i < 2; i++)
+                                if (sess[i].live)
+                                        check_all(&sess[i]);
+                }
+                if (max_secs && ntfs_mono_ns() - t0 > (int64_t)(max_secs * 1000000000ull))
+                        break;
         }
         for (int i = 0; i < 2; i++)
                 if (sess[i].live)
                         check_all(&sess[i]);
         double secs = (double)(ntfs_mono_ns() - t0) / 1e9;
-        printf("fsx: %" PRIu64 " operations in %.1f s, no mismatch (seed %" PRIu64 ")\n", nops, secs, seed);
+        printf("fsx: %" PRIu64 " operations in %.1f s, no mismatch (seed %" PRIu64 ")%s\n", done_ops, secs, seed,
+               done_ops < nops ? " (stopped early)" : "");
         printf("fsx: reads %" PRIu64 " writes %" PRIu64 " holewrites %" PRIu64 " truncates %" PRIu64
                " mmapwrites %" PRIu64 " fsyncs %" PRIu64 " creates %" PRIu64 " unlinks %" PRIu64 " renames %" PRIu64
                " links %" PRIu64 " checkpoints %" PRIu64 " rollbacks %" PRIu64 " (refused %" PRIu64 ") forks %" PRIu64
-               "\n",
+               " gcs %" PRIu64 "\n",
                n_read, n_write, n_hole, n_trunc, n_mmap, n_fsync, n_create, n_unlink, n_rename, n_link, n_ckpt, n_rb,
-               n_rb_refused, n_fork);
+               n_rb_refused, n_fork, n_gc);
         printf("fsx: time in checkpoint/rollback/fork operations %.1f s, in file operations and checks %.1f s\n",
                (double)t_api / 1e9, (double)t_io / 1e9);
         cleanup_all();

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """The integrity exerciser (tools/fsx.c, issue 12) against a real ntfsd.
 
-  test_fsx_short_run     a fixed-seed run (NTFS_FSX_OPS, default 5,000 ops)
+  test_fsx_short_run     a fixed-seed run (NTFS_FSX_OPS, default 5,000 ops;
+                         2,500 in a sanitizer build)
                          of random reads, writes, holes, truncates, mmap
                          writes, renames, links, checkpoints, rollbacks and
                          forks on ntfsd mounts; every check must hold, every
@@ -16,16 +17,29 @@ Runs against NTFS_BUILD (normal or ASan build; the daemon fixture fails the
 test on any sanitizer report in ntfsd's log). NTFS_FSX_SEED overrides the
 seed (docs/reliability.md has the long runs).
 """
+import json
 import os
 import re
 import subprocess
 
 import pytest
 
-from conftest import find_bin
+from conftest import BUILD, find_bin
 from ctl_fixtures import daemon  # noqa: F401  (fixture)
 
-OPS = int(os.environ.get("NTFS_FSX_OPS", "5000"))
+def sanitizer_build():
+    info = os.path.join(BUILD, "meson-info", "intro-buildoptions.json")
+    try:
+        with open(info) as f:
+            return any(o.get("name") == "b_sanitize" and "address" in str(o.get("value")) for o in json.load(f))
+    except (OSError, ValueError):
+        return False
+
+
+# Half as many operations under ASan (its ntfsd is about twice as slow), to
+# keep both runs near a minute on an idle 2-core machine.
+# CI keeps this short (the long runs are in docs/reliability.md).
+OPS = int(os.environ.get("NTFS_FSX_OPS", "1000" if sanitizer_build() else "2000"))
 SEED = int(os.environ.get("NTFS_FSX_SEED", "1212"))
 
 
