@@ -52,11 +52,11 @@
 #define MCP_MAX_LINE_DEFAULT (4u * 1024 * 1024) /* one JSON-RPC message */
 #define MCP_MAX_LINE_MIN 4096u
 #define MCP_MAX_LINE_MAX (64u * 1024 * 1024)
-#define MCP_MAX_INFLIGHT 16                      /* concurrent tools/call */
-#define MCP_COMMAND_MAX (1024u * 1024)           /* NTFS_JAIL_COMMAND_MAX */
-#define MCP_ARG_MAX 4096u                        /* other string arguments */
-#define MCP_TIMEOUT_MS (300u * 1000)             /* non-exec requests */
-#define MCP_TEXT_MAX (8u * 1024 * 1024)          /* text rendering of one result */
+#define MCP_MAX_INFLIGHT 16             /* concurrent tools/call */
+#define MCP_COMMAND_MAX (1024u * 1024)  /* NTFS_JAIL_COMMAND_MAX */
+#define MCP_ARG_MAX 4096u               /* other string arguments */
+#define MCP_TIMEOUT_MS (300u * 1000)    /* non-exec requests */
+#define MCP_TEXT_MAX (8u * 1024 * 1024) /* text rendering of one result */
 
 /* JSON-RPC 2.0 error codes. */
 #define RPC_PARSE_ERROR (-32700)
@@ -65,8 +65,8 @@
 #define RPC_INVALID_PARAMS (-32602)
 #define RPC_INTERNAL_ERROR (-32603)
 
-static const char *const supported_versions[] = { MCP_LATEST_PROTOCOL, "2025-06-18", "2025-03-26", "2024-11-05",
-                                                  NULL };
+static const char *const supported_versions[] = {MCP_LATEST_PROTOCOL, "2025-06-18", "2025-03-26",
+                                                 "2024-11-05", NULL};
 
 static inline void mcp_json_decrefp(json_t **p) {
         json_decref(*p);
@@ -99,7 +99,7 @@ static struct {
         struct call calls[MCP_MAX_INFLIGHT];
         ntfs_client *main_client; /* main thread only */
         bool out_broken;
-} S = { .lock = PTHREAD_MUTEX_INITIALIZER, .out_lock = PTHREAD_MUTEX_INITIALIZER };
+} S = {.lock = PTHREAD_MUTEX_INITIALIZER, .out_lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* ---- output ------------------------------------------------------------------------- */
 
@@ -137,7 +137,8 @@ static void send_msg(json_t *msg) {
 }
 
 /* id: borrowed; NULL sends "id": null. */
-static void send_error(const json_t *id, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void send_error(const json_t *id, int code, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
 static void send_error(const json_t *id, int code, const char *fmt, ...) {
         char msg[512];
         va_list ap;
@@ -150,7 +151,8 @@ static void send_error(const json_t *id, int code, const char *fmt, ...) {
 
 /* result: taken. */
 static void send_result(const json_t *id, json_t *result) {
-        send_msg(json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id, "result", result ? result : json_object()));
+        send_msg(json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id, "result",
+                           result ? result : json_object()));
 }
 
 /* ---- tool results ------------------------------------------------------------------- */
@@ -250,10 +252,11 @@ static json_int_t jint(const json_t *o, const char *k) {
  * code, or the transport failure. */
 static json_t *daemon_call(ntfs_client *c, const char *method, const char *path, const json_t *body,
                            json_t **ret_body) {
-        struct ntfs_client_response res = { 0 };
+        struct ntfs_client_response res = {0};
         int r = ntfs_client_request(c, method, path, body, &res);
         if (r < 0)
-                return tool_error(ntfs_errcode(r), "cannot reach ntfsd at %s: %s", S.socket, ntfs_strerror(r));
+                return tool_error(ntfs_errcode(r), "cannot reach ntfsd at %s: %s", S.socket,
+                                  ntfs_strerror(r));
         if (res.status < 200 || res.status >= 300) {
                 const char *code = NULL, *msg = NULL;
                 ntfs_client_error(&res, &code, &msg);
@@ -316,8 +319,10 @@ static json_t *want_int(const json_t *args, const char *key, json_int_t lo, json
                 return NULL;
         double d = json_number_value(v);
         if (!json_is_number(v) || d != (double)(json_int_t)d || d < (double)lo || d > (double)hi)
-                return tool_error("bad_request", "argument '%s' must be an integer from %" JSON_INTEGER_FORMAT
-                                  " to %" JSON_INTEGER_FORMAT, key, lo, hi);
+                return tool_error("bad_request",
+                                  "argument '%s' must be an integer from %" JSON_INTEGER_FORMAT
+                                  " to %" JSON_INTEGER_FORMAT,
+                                  key, lo, hi);
         *have = true;
         *ret = (json_int_t)d;
         return NULL;
@@ -330,21 +335,22 @@ typedef json_t *(*tool_fn)(ntfs_client *c, struct call *call, const json_t *args
 struct tool {
         const char *name, *title, *description, *schema;
         tool_fn run;
-        bool exec;                                   /* a jailed command (cancellable in ntfsd) */
+        bool exec;                                           /* a jailed command (cancellable in ntfsd) */
         bool read_only, destructive, idempotent, open_world; /* annotations */
 };
 
 static json_t *run_exec(ntfs_client *c, struct call *call, const json_t *args) {
-        static const char *const keys[] = { "command", "timeout", NULL };
+        static const char *const keys[] = {"command", "timeout", NULL};
         const char *cmd;
         json_t *e;
         if ((e = check_keys(args, keys)) || (e = want_string(args, "command", true, MCP_COMMAND_MAX, &cmd)))
                 return e;
         json_t *t = json_object_get(args, "timeout");
-        if (t && !json_is_null(t) && (!json_is_number(t) || json_number_value(t) <= 0 || json_number_value(t) > 86400))
+        if (t && !json_is_null(t) &&
+            (!json_is_number(t) || json_number_value(t) <= 0 || json_number_value(t) > 86400))
                 return tool_error("bad_request", "argument 'timeout' must be seconds in (0, 86400]");
         _cleanup_jsonp_ json_t *body = json_pack("{s:s, s:s, s:s}", "command", cmd, "tool", call->tool->name,
-                                                "cancel_token", call->token);
+                                                 "cancel_token", call->token);
         if (!body)
                 return tool_error("internal", "out of memory");
         if (t && !json_is_null(t))
@@ -356,7 +362,7 @@ static json_t *run_exec(ntfs_client *c, struct call *call, const json_t *args) {
         json_t *res = NULL;
         if ((e = daemon_call(c, "POST", path, body, &res)))
                 return e;
-        struct tbuf b = { 0 };
+        struct tbuf b = {0};
         json_t *out = json_object_get(res, "stdout"), *err = json_object_get(res, "stderr");
         if (json_string_length(out) > 0)
                 tb_add(&b, json_string_value(out), json_string_length(out));
@@ -380,7 +386,7 @@ static json_t *run_exec(ntfs_client *c, struct call *call, const json_t *args) {
 }
 
 static json_t *run_fetch(ntfs_client *c, struct call *call, const json_t *args) {
-        static const char *const keys[] = { "url", "method", NULL };
+        static const char *const keys[] = {"url", "method", NULL};
         const char *url, *method;
         json_t *e;
         (void)call;
@@ -397,7 +403,7 @@ static json_t *run_fetch(ntfs_client *c, struct call *call, const json_t *args) 
         json_t *res = NULL;
         if ((e = daemon_call(c, "POST", path, body, &res)))
                 return e;
-        struct tbuf b = { 0 };
+        struct tbuf b = {0};
         tb_printf(&b, "HTTP %" JSON_INTEGER_FORMAT " %s", jint(res, "status"), jstr(res, "final_url"));
         const char *ct = jstr(json_object_get(res, "headers"), "content-type");
         if (*ct)
@@ -406,7 +412,8 @@ static json_t *run_fetch(ntfs_client *c, struct call *call, const json_t *args) 
                   json_is_true(json_object_get(res, "replayed")) ? " [replayed from the journal]" : "");
         json_t *bodyv = json_object_get(res, "body");
         if (json_is_true(json_object_get(res, "body_base64")))
-                tb_printf(&b, "[binary body, %" JSON_INTEGER_FORMAT " bytes, base64 in structuredContent.body]",
+                tb_printf(&b,
+                          "[binary body, %" JSON_INTEGER_FORMAT " bytes, base64 in structuredContent.body]",
                           jint(res, "bytes"));
         else if (json_is_string(bodyv))
                 tb_add(&b, json_string_value(bodyv), json_string_length(bodyv));
@@ -414,7 +421,7 @@ static json_t *run_fetch(ntfs_client *c, struct call *call, const json_t *args) 
 }
 
 static json_t *run_checkpoint(ntfs_client *c, struct call *call, const json_t *args) {
-        static const char *const keys[] = { "message", NULL };
+        static const char *const keys[] = {"message", NULL};
         const char *msg;
         json_t *e;
         (void)call;
@@ -427,14 +434,15 @@ static json_t *run_checkpoint(ntfs_client *c, struct call *call, const json_t *a
         json_t *res = NULL;
         if ((e = daemon_call(c, "POST", path, body, &res)))
                 return e;
-        struct tbuf b = { 0 };
+        struct tbuf b = {0};
         tb_printf(&b, "checkpoint %s%s", jstr(res, "short"),
-                  json_is_false(json_object_get(res, "changed")) ? " (nothing changed since the last one)" : "");
+                  json_is_false(json_object_get(res, "changed")) ? " (nothing changed since the last one)"
+                                                                 : "");
         return tool_ok(tb_take(&b), res);
 }
 
 static json_t *run_rollback(ntfs_client *c, struct call *call, const json_t *args) {
-        static const char *const keys[] = { "to", "steps", NULL };
+        static const char *const keys[] = {"to", "steps", NULL};
         const char *to;
         bool have_steps;
         json_int_t steps = 0;
@@ -452,13 +460,13 @@ static json_t *run_rollback(ntfs_client *c, struct call *call, const json_t *arg
         json_t *res = NULL;
         if ((e = daemon_call(c, "POST", path, body, &res)))
                 return e;
-        struct tbuf b = { 0 };
+        struct tbuf b = {0};
         tb_printf(&b, "rolled back: the workspace is now checkpoint %s", jstr(res, "short"));
         return tool_ok(tb_take(&b), res);
 }
 
 static json_t *run_fork(ntfs_client *c, struct call *call, const json_t *args) {
-        static const char *const keys[] = { "name", "at", NULL };
+        static const char *const keys[] = {"name", "at", NULL};
         const char *name, *at;
         json_t *e;
         (void)call;
@@ -472,14 +480,14 @@ static json_t *run_fork(ntfs_client *c, struct call *call, const json_t *args) {
         json_t *res = NULL;
         if ((e = daemon_call(c, "POST", path, body, &res)))
                 return e;
-        struct tbuf b = { 0 };
+        struct tbuf b = {0};
         tb_printf(&b, "forked session '%s' at %s (this server keeps working on '%s')", jstr(res, "name"),
                   jstr(res, "short"), S.session);
         return tool_ok(tb_take(&b), res);
 }
 
 static json_t *run_tag(ntfs_client *c, struct call *call, const json_t *args) {
-        static const char *const keys[] = { "tag", "at", NULL };
+        static const char *const keys[] = {"tag", "at", NULL};
         const char *tag, *at;
         json_t *e;
         (void)call;
@@ -493,13 +501,13 @@ static json_t *run_tag(ntfs_client *c, struct call *call, const json_t *args) {
         json_t *res = NULL;
         if ((e = daemon_call(c, "POST", path, body, &res)))
                 return e;
-        struct tbuf b = { 0 };
+        struct tbuf b = {0};
         tb_printf(&b, "tagged %s as '%s'", jstr(res, "short"), jstr(res, "tag"));
         return tool_ok(tb_take(&b), res);
 }
 
 static json_t *run_log(ntfs_client *c, struct call *call, const json_t *args) {
-        static const char *const keys[] = { "max", NULL };
+        static const char *const keys[] = {"max", NULL};
         bool have;
         json_int_t max = 20;
         json_t *e;
@@ -513,7 +521,7 @@ static json_t *run_log(ntfs_client *c, struct call *call, const json_t *args) {
         json_t *res = NULL;
         if ((e = daemon_call(c, "GET", path, NULL, &res)))
                 return e;
-        struct tbuf b = { 0 };
+        struct tbuf b = {0};
         size_t i;
         json_t *cm;
         json_array_foreach(json_object_get(res, "commits"), i, cm) {
@@ -537,7 +545,7 @@ static json_t *run_log(ntfs_client *c, struct call *call, const json_t *args) {
 }
 
 static json_t *run_diff(ntfs_client *c, struct call *call, const json_t *args) {
-        static const char *const keys[] = { "from", "to", NULL };
+        static const char *const keys[] = {"from", "to", NULL};
         const char *from, *to;
         json_t *e;
         (void)call;
@@ -564,12 +572,15 @@ static json_t *run_diff(ntfs_client *c, struct call *call, const json_t *args) {
         json_t *res = NULL;
         if ((e = daemon_call(c, "GET", path, NULL, &res)))
                 return e;
-        struct tbuf b = { 0 };
+        struct tbuf b = {0};
         size_t i;
         json_t *ch;
         json_array_foreach(json_object_get(res, "changes"), i, ch) {
                 const char *k = jstr(ch, "kind");
-                char mark = strcmp(k, "added") == 0 ? 'A' : strcmp(k, "deleted") == 0 ? 'D' : strcmp(k, "modified") == 0 ? 'M' : 'T';
+                char mark = strcmp(k, "added") == 0      ? 'A'
+                            : strcmp(k, "deleted") == 0  ? 'D'
+                            : strcmp(k, "modified") == 0 ? 'M'
+                                                         : 'T';
                 tb_printf(&b, "%c %s\n", mark, jstr(ch, "path"));
         }
         if (b.len == 0)
@@ -577,88 +588,96 @@ static json_t *run_diff(ntfs_client *c, struct call *call, const json_t *args) {
         return tool_ok(tb_take(&b), res);
 }
 
-#define EXEC_SCHEMA                                                                                            \
-        "{\"type\":\"object\",\"properties\":{"                                                               \
-        "\"command\":{\"type\":\"string\",\"description\":\"bash source, run as bash -c in /workspace\"},"    \
-        "\"timeout\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":86400,"                          \
-        "\"description\":\"wall-clock limit in seconds (the policy's limit applies when smaller)\"}},"         \
+#define EXEC_SCHEMA                                                                                          \
+        "{\"type\":\"object\",\"properties\":{"                                                              \
+        "\"command\":{\"type\":\"string\",\"description\":\"bash source, run as bash -c in /workspace\"},"   \
+        "\"timeout\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":86400,"                         \
+        "\"description\":\"wall-clock limit in seconds (the policy's limit applies when smaller)\"}},"       \
         "\"required\":[\"command\"],\"additionalProperties\":false}"
 
+/* clang-format off */
 static const struct tool tools[] = {
-        { "bash_read", "Run a read-only command",
-          "Run a bash command in the session's jail with /workspace mounted READ-ONLY and no network. Use it to "
-          "inspect files (cat, ls, grep, find). Nothing is checkpointed. The working directory and exported "
-          "variables persist from one command to the next. Returns stdout, stderr and the exit code.",
-          EXEC_SCHEMA, run_exec, true, true, false, true, false },
-        { "bash_write", "Run a command that changes the workspace",
-          "Run a bash command in the session's jail with /workspace writable and no network, then checkpoint the "
-          "workspace (the checkpoint id is in the result). Use it to create, edit, move or delete files. Cheap to "
-          "redo: roll back to undo it.",
-          EXEC_SCHEMA, run_exec, true, false, true, false, false },
-        { "bash_build", "Run a build or test command",
-          "Like bash_write, for long deterministic jobs (make, compilers, test suites, package installs from local "
-          "files): /workspace writable, no network, a checkpoint and a snapshot after the command.",
-          EXEC_SCHEMA, run_exec, true, false, true, false, false },
-        { "bash_run", "Run a command with side effects",
-          "Run a bash command whose effects may be irreversible (a server, a database client); /workspace "
-          "writable, loopback network only. It is never re-run after a crash. Prefer bash_write or bash_build "
-          "when the command only changes files.",
-          EXEC_SCHEMA, run_exec, true, false, true, false, true },
-        { "fetch_url", "Fetch a URL",
-          "Fetch an http(s) URL through ntfs's gateway (hosts and ports the policy allows; credentials are added "
-          "by the gateway, never shown). Returns the status, the final URL after redirects, selected headers and "
-          "the body (text, or base64 when binary). Journaled: never repeated after a crash.",
-          "{\"type\":\"object\",\"properties\":{"
-          "\"url\":{\"type\":\"string\",\"description\":\"an http:// or https:// URL\"},"
-          "\"method\":{\"type\":\"string\",\"enum\":[\"GET\",\"HEAD\"],\"default\":\"GET\"}},"
-          "\"required\":[\"url\"],\"additionalProperties\":false}",
-          run_fetch, false, true, false, false, true },
-        { "checkpoint", "Checkpoint the workspace",
-          "Record the workspace's current state as a checkpoint (a commit) and return its id. Checkpoints are "
-          "cheap; make one before a risky change so you can roll back to it.",
-          "{\"type\":\"object\",\"properties\":{"
-          "\"message\":{\"type\":\"string\",\"description\":\"what this state is\"}},"
-          "\"additionalProperties\":false}",
-          run_checkpoint, false, false, false, false, false },
-        { "rollback", "Roll the workspace back",
-          "Return the workspace to an earlier checkpoint: give 'to' (a commit id, a unique prefix of one, or a "
-          "tag) or 'steps' (how many checkpoints back). Changes since then are discarded from the workspace "
-          "(they stay reachable in the log until garbage collection).",
-          "{\"type\":\"object\",\"properties\":{"
-          "\"to\":{\"type\":\"string\",\"description\":\"commit id, unique prefix or tag\"},"
-          "\"steps\":{\"type\":\"integer\",\"minimum\":1,\"description\":\"checkpoints back from the head\"}},"
-          "\"oneOf\":[{\"required\":[\"to\"]},{\"required\":[\"steps\"]}],\"additionalProperties\":false}",
-          run_rollback, false, false, true, false, false },
-        { "fork", "Fork the session",
-          "Create a new session that starts from this session's head (or from 'at'), sharing all its data. This "
-          "server keeps working on its own session; the fork can be used by another agent or ntfs-mcp.",
-          "{\"type\":\"object\",\"properties\":{"
-          "\"name\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9._-]+$\",\"description\":\"the new session's name\"},"
-          "\"at\":{\"type\":\"string\",\"description\":\"commit id or tag to fork from (default: the head)\"}},"
-          "\"required\":[\"name\"],\"additionalProperties\":false}",
-          run_fork, false, false, false, false, false },
-        { "tag", "Name a checkpoint",
-          "Give a checkpoint (the head, or 'at') a name that rollback, diff and fork accept.",
-          "{\"type\":\"object\",\"properties\":{"
-          "\"tag\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9._-]+$\"},"
-          "\"at\":{\"type\":\"string\",\"description\":\"commit id or tag (default: the head)\"}},"
-          "\"required\":[\"tag\"],\"additionalProperties\":false}",
-          run_tag, false, false, false, false, false },
-        { "log", "List checkpoints",
-          "List the session's checkpoints, newest first: id, time, message (the tool call that made it) and tags.",
-          "{\"type\":\"object\",\"properties\":{"
-          "\"max\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":1000,\"default\":20}},"
-          "\"additionalProperties\":false}",
-          run_log, false, true, false, true, false },
-        { "diff", "Show what changed",
-          "List the files that differ between two checkpoints, or between a checkpoint and the current "
-          "workspace. Without 'from': since the last checkpoint. Without 'to': up to the current workspace.",
-          "{\"type\":\"object\",\"properties\":{"
-          "\"from\":{\"type\":\"string\",\"description\":\"commit id or tag (default: the last checkpoint)\"},"
-          "\"to\":{\"type\":\"string\",\"description\":\"commit id or tag (default: the current workspace)\"}},"
-          "\"additionalProperties\":false}",
-          run_diff, false, true, false, true, false },
+        {"bash_read", "Run a read-only command",
+         "Run a bash command in the session's jail with /workspace mounted READ-ONLY and no network. Use "
+         "it to inspect files (cat, ls, grep, find). Nothing is checkpointed. The working directory and "
+         "exported variables persist from one command to the next. Returns stdout, stderr and the exit "
+         "code.",
+         EXEC_SCHEMA, run_exec, true, true, false, true, false},
+        {"bash_write", "Run a command that changes the workspace",
+         "Run a bash command in the session's jail with /workspace writable and no network, then "
+         "checkpoint the workspace (the checkpoint id is in the result). Use it to create, edit, move or "
+         "delete files. Cheap to redo: roll back to undo it.",
+         EXEC_SCHEMA, run_exec, true, false, true, false, false},
+        {"bash_build", "Run a build or test command",
+         "Like bash_write, for long deterministic jobs (make, compilers, test suites, package installs "
+         "from local files): /workspace writable, no network, a checkpoint and a snapshot after the "
+         "command.",
+         EXEC_SCHEMA, run_exec, true, false, true, false, false},
+        {"bash_run", "Run a command with side effects",
+         "Run a bash command whose effects may be irreversible (a server, a database client); /workspace "
+         "writable, loopback network only. It is never re-run after a crash. Prefer bash_write or "
+         "bash_build when the command only changes files.",
+         EXEC_SCHEMA, run_exec, true, false, true, false, true},
+        {"fetch_url", "Fetch a URL",
+         "Fetch an http(s) URL through ntfs's gateway (hosts and ports the policy allows; credentials are "
+         "added by the gateway, never shown). Returns the status, the final URL after redirects, selected "
+         "headers and the body (text, or base64 when binary). Journaled: never repeated after a crash.",
+         "{\"type\":\"object\",\"properties\":{"
+         "\"url\":{\"type\":\"string\",\"description\":\"an http:// or https:// URL\"},"
+         "\"method\":{\"type\":\"string\",\"enum\":[\"GET\",\"HEAD\"],\"default\":\"GET\"}},"
+         "\"required\":[\"url\"],\"additionalProperties\":false}",
+         run_fetch, false, true, false, false, true},
+        {"checkpoint", "Checkpoint the workspace",
+         "Record the workspace's current state as a checkpoint (a commit) and return its id. Checkpoints "
+         "are cheap; make one before a risky change so you can roll back to it.",
+         "{\"type\":\"object\",\"properties\":{"
+         "\"message\":{\"type\":\"string\",\"description\":\"what this state is\"}},"
+         "\"additionalProperties\":false}",
+         run_checkpoint, false, false, false, false, false},
+        {"rollback", "Roll the workspace back",
+         "Return the workspace to an earlier checkpoint: give 'to' (a commit id, a unique prefix of one, "
+         "or a tag) or 'steps' (how many checkpoints back). Changes since then are discarded from the "
+         "workspace (they stay reachable in the log until garbage collection).",
+         "{\"type\":\"object\",\"properties\":{"
+         "\"to\":{\"type\":\"string\",\"description\":\"commit id, unique prefix or tag\"},"
+         "\"steps\":{\"type\":\"integer\",\"minimum\":1,\"description\":\"checkpoints back from the head\"}},"
+         "\"oneOf\":[{\"required\":[\"to\"]},{\"required\":[\"steps\"]}],\"additionalProperties\":false}",
+         run_rollback, false, false, true, false, false},
+        {"fork", "Fork the session",
+         "Create a new session that starts from this session's head (or from 'at'), sharing all its data. "
+         "This server keeps working on its own session; the fork can be used by another agent or ntfs-mcp.",
+         "{\"type\":\"object\",\"properties\":{"
+         "\"name\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9._-]+$\",\"description\":\"the new "
+         "session's name\"},"
+         "\"at\":{\"type\":\"string\",\"description\":\"commit id or tag to fork from (default: the "
+         "head)\"}},"
+         "\"required\":[\"name\"],\"additionalProperties\":false}",
+         run_fork, false, false, false, false, false},
+        {"tag", "Name a checkpoint",
+         "Give a checkpoint (the head, or 'at') a name that rollback, diff and fork accept.",
+         "{\"type\":\"object\",\"properties\":{"
+         "\"tag\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9._-]+$\"},"
+         "\"at\":{\"type\":\"string\",\"description\":\"commit id or tag (default: the head)\"}},"
+         "\"required\":[\"tag\"],\"additionalProperties\":false}",
+         run_tag, false, false, false, false, false},
+        {"log", "List checkpoints",
+         "List the session's checkpoints, newest first: id, time, message (the tool call that made it) "
+         "and tags.",
+         "{\"type\":\"object\",\"properties\":{"
+         "\"max\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":1000,\"default\":20}},"
+         "\"additionalProperties\":false}",
+         run_log, false, true, false, true, false},
+        {"diff", "Show what changed",
+         "List the files that differ between two checkpoints, or between a checkpoint and the current "
+         "workspace. Without 'from': since the last checkpoint. Without 'to': up to the current workspace.",
+         "{\"type\":\"object\",\"properties\":{"
+         "\"from\":{\"type\":\"string\",\"description\":\"commit id or tag (default: the last checkpoint)\"},"
+         "\"to\":{\"type\":\"string\",\"description\":\"commit id or tag (default: the current "
+         "workspace)\"}},"
+         "\"additionalProperties\":false}",
+         run_diff, false, true, false, true, false},
 };
+/* clang-format on */
 
 static const struct tool *tool_find(const char *name) {
         for (size_t i = 0; i < ARRAY_SIZE(tools); i++)
@@ -677,12 +696,12 @@ static json_t *tools_list(void) {
                         fprintf(stderr, "ntfs-mcp: schema of %s: %s\n", t->name, je.text);
                         abort();
                 }
-                json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:o, s:{s:s, s:b, s:b, s:b, s:b}}", "name",
-                                                     t->name, "title", t->title, "description", t->description,
-                                                     "inputSchema", schema, "annotations", "title", t->title,
-                                                     "readOnlyHint", t->read_only, "destructiveHint",
-                                                     t->destructive, "idempotentHint", t->idempotent,
-                                                     "openWorldHint", t->open_world));
+                json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:o, s:{s:s, s:b, s:b, s:b, s:b}}",
+                                                     "name", t->name, "title", t->title, "description",
+                                                     t->description, "inputSchema", schema, "annotations",
+                                                     "title", t->title, "readOnlyHint", t->read_only,
+                                                     "destructiveHint", t->destructive, "idempotentHint",
+                                                     t->idempotent, "openWorldHint", t->open_world));
         }
         return json_pack("{s:o}", "tools", arr);
 }
@@ -734,7 +753,7 @@ static void reap(bool all) {
                 pthread_mutex_lock(&S.lock);
                 json_decref(call->id);
                 json_decref(call->args);
-                *call = (struct call){ 0 };
+                *call = (struct call){0};
                 pthread_mutex_unlock(&S.lock);
         }
 }
@@ -772,16 +791,17 @@ static void start_call(const json_t *id, const struct tool *t, json_t *args) {
         }
         if (!slot) {
                 pthread_mutex_unlock(&S.lock);
-                send_error(id, RPC_INTERNAL_ERROR, "too many tool calls in flight (at most %d)", MCP_MAX_INFLIGHT);
+                send_error(id, RPC_INTERNAL_ERROR, "too many tool calls in flight (at most %d)",
+                           MCP_MAX_INFLIGHT);
                 return;
         }
-        *slot = (struct call){ .used = true, .id = json_deep_copy(id), .args = json_incref(args), .tool = t };
+        *slot = (struct call){.used = true, .id = json_deep_copy(id), .args = json_incref(args), .tool = t};
         random_token(slot->token);
         int r = pthread_create(&slot->thread, NULL, call_thread, slot);
         if (r != 0) {
                 json_decref(slot->id);
                 json_decref(slot->args);
-                *slot = (struct call){ 0 };
+                *slot = (struct call){0};
                 pthread_mutex_unlock(&S.lock);
                 send_error(id, RPC_INTERNAL_ERROR, "cannot start a worker thread: %s", strerror(r));
                 return;
@@ -806,11 +826,12 @@ static void cancel_in_daemon(ntfs_client *c, size_t slot, const char *token) {
                         return;
                 }
                 pthread_mutex_lock(&S.lock);
-                bool running = S.calls[slot].used && !S.calls[slot].done && strcmp(S.calls[slot].token, token) == 0;
+                bool running =
+                        S.calls[slot].used && !S.calls[slot].done && strcmp(S.calls[slot].token, token) == 0;
                 pthread_mutex_unlock(&S.lock);
                 if (!running)
                         return;
-                nanosleep(&(struct timespec){ 0, 50 * 1000 * 1000 }, NULL);
+                nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
         }
 }
 
@@ -821,7 +842,8 @@ static void cancel_calls(ntfs_client *c, const json_t *request_id, bool all) {
                 char token[33] = "";
                 pthread_mutex_lock(&S.lock);
                 struct call *k = &S.calls[i];
-                if (k->used && !k->done && !k->cancelled && (all || json_equal(k->id, (json_t *)request_id))) {
+                if (k->used && !k->done && !k->cancelled &&
+                    (all || json_equal(k->id, (json_t *)request_id))) {
                         k->cancelled = true;
                         if (k->tool->exec)
                                 memcpy(token, k->token, sizeof token);
@@ -837,7 +859,8 @@ static void cancel_calls(ntfs_client *c, const json_t *request_id, bool all) {
 static void handle_initialize(const json_t *id, const json_t *params) {
         const char *want = json_string_value(json_object_get(params, "protocolVersion"));
         if (!want) {
-                send_error(id, RPC_INVALID_PARAMS, "initialize: params.protocolVersion (a string) is required");
+                send_error(id, RPC_INVALID_PARAMS,
+                           "initialize: params.protocolVersion (a string) is required");
                 return;
         }
         const char *v = MCP_LATEST_PROTOCOL;
@@ -845,13 +868,17 @@ static void handle_initialize(const json_t *id, const json_t *params) {
                 if (strcmp(*s, want) == 0)
                         v = *s;
         char instructions[1024];
-        snprintf(instructions, sizeof instructions,
-                 "You work in the ntfs session '%s': a versioned workspace mounted at /workspace inside a jail. "
-                 "Run commands with bash_read (read-only), bash_write (changes files; checkpointed), bash_build "
-                 "(long builds/tests; checkpointed) or bash_run (side effects, loopback network). Use checkpoint "
-                 "before risky changes and rollback to undo; log and diff show history. fetch_url fetches web "
-                 "pages through the gateway.",
-                 S.session);
+        snprintf(
+                instructions, sizeof instructions,
+                "You work in the ntfs session '%s': a versioned workspace mounted at /workspace inside a "
+                "jail. "
+                "Run commands with bash_read (read-only), bash_write (changes files; checkpointed), "
+                "bash_build "
+                "(long builds/tests; checkpointed) or bash_run (side effects, loopback network). Use "
+                "checkpoint "
+                "before risky changes and rollback to undo; log and diff show history. fetch_url fetches web "
+                "pages through the gateway.",
+                S.session);
         send_result(id, json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", v,
                                   "capabilities", "tools", "listChanged", 0, "serverInfo", "name", "ntfs-mcp",
                                   "title", "ntfs", "version", MCP_VERSION, "instructions", instructions));
@@ -970,7 +997,8 @@ static int serve(void) {
                         } else { /* no newline within max_line bytes */
                                 if (!discarding)
                                         send_error(NULL, RPC_INVALID_REQUEST,
-                                                   "Invalid Request: message longer than %zu bytes", S.max_line);
+                                                   "Invalid Request: message longer than %zu bytes",
+                                                   S.max_line);
                                 discarding = true;
                                 len = scanned = 0;
                         }
@@ -1034,7 +1062,7 @@ static void *signal_thread(void *arg) {
                 pthread_mutex_unlock(&S.lock);
                 if (!busy)
                         break;
-                nanosleep(&(struct timespec){ 0, 100 * 1000 * 1000 }, NULL);
+                nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
         }
         _exit(0);
 }
@@ -1076,7 +1104,7 @@ static void usage(FILE *f) {
 
 /* One request at startup; prints why it failed. */
 static int startup_call(const char *method, const char *path, const json_t *body) {
-        struct ntfs_client_response res = { 0 };
+        struct ntfs_client_response res = {0};
         int r = ntfs_client_request(S.main_client, method, path, body, &res);
         if (r < 0) {
                 fprintf(stderr, "ntfs-mcp: cannot reach ntfsd at %s: %s\n", S.socket, ntfs_strerror(r));
@@ -1118,10 +1146,13 @@ static int open_session(bool create) {
 int main(int argc, char **argv) {
         enum { OPT_CREATE = 256, OPT_SOCKET, OPT_SESSION, OPT_MAXLINE, OPT_VERSION };
         static const struct option opts[] = {
-                { "session", required_argument, NULL, OPT_SESSION }, { "create", no_argument, NULL, OPT_CREATE },
-                { "socket", required_argument, NULL, OPT_SOCKET },   { "max-line", required_argument, NULL, OPT_MAXLINE },
-                { "help", no_argument, NULL, 'h' },                  { "version", no_argument, NULL, OPT_VERSION },
-                { NULL, 0, NULL, 0 },
+                {"session", required_argument, NULL, OPT_SESSION},
+                {"create", no_argument, NULL, OPT_CREATE},
+                {"socket", required_argument, NULL, OPT_SOCKET},
+                {"max-line", required_argument, NULL, OPT_MAXLINE},
+                {"help", no_argument, NULL, 'h'},
+                {"version", no_argument, NULL, OPT_VERSION},
+                {NULL, 0, NULL, 0},
         };
         char sockbuf[PATH_MAX];
         bool create = false;
@@ -1141,8 +1172,8 @@ int main(int argc, char **argv) {
                         break;
                 case OPT_MAXLINE:
                         if (ntfs_parse_u64(optarg, MCP_MAX_LINE_MAX, &v) < 0 || v < MCP_MAX_LINE_MIN) {
-                                fprintf(stderr, "ntfs-mcp: --max-line must be %u..%u bytes\n", MCP_MAX_LINE_MIN,
-                                        MCP_MAX_LINE_MAX);
+                                fprintf(stderr, "ntfs-mcp: --max-line must be %u..%u bytes\n",
+                                        MCP_MAX_LINE_MIN, MCP_MAX_LINE_MAX);
                                 return 2;
                         }
                         S.max_line = (size_t)v;
@@ -1159,7 +1190,8 @@ int main(int argc, char **argv) {
                 }
         }
         if (optind < argc || !S.session) {
-                fprintf(stderr, "ntfs-mcp: %s\n", optind < argc ? "unexpected argument" : "--session NAME is required");
+                fprintf(stderr, "ntfs-mcp: %s\n",
+                        optind < argc ? "unexpected argument" : "--session NAME is required");
                 usage(stderr);
                 return 2;
         }

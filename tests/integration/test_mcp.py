@@ -28,7 +28,7 @@ import time
 
 import pytest
 
-from conftest import find_bin
+from conftest import SANITIZER_MARKS, find_bin
 from ctl_fixtures import Daemon
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -147,6 +147,7 @@ def run_sdk(node_client, mcp_bin, daemon, session, steps, scratch, create=True):
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
     assert p.returncode == 0, f"node client failed ({p.returncode}):\n{out}\n{err}"
+    assert not [l for l in err.splitlines() if any(m in l for m in SANITIZER_MARKS)], err
     return json.loads(out)
 
 
@@ -226,7 +227,7 @@ def pipe(mcp_bin, mcpd):
     for m in peers:
         rc, err = m.close()
         assert rc == 0, f"ntfs-mcp exited {rc}: {err}"
-        assert "AddressSanitizer" not in err and "runtime error:" not in err, err
+        assert not [l for l in err.splitlines() if any(k in l for k in SANITIZER_MARKS)], err
 
 
 INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "pytest", "version": "1"}}
@@ -449,7 +450,8 @@ def test_cancel_ends_the_jail(pipe, mcpd):
     eff = wait_effect_done(mcpd, "k", "bash_build")
     assert time.monotonic() - t0 < 20
     assert eff["status"] == "failed" and eff["reason"] == "cancelled", eff
-    assert eff["result"]["cancelled"] is True
+    # A command cancelled while its jail was still being set up has no result.
+    assert eff["result"] is None or eff["result"]["cancelled"] is True, eff
     # The cancelled request is never answered; the next one is.
     m.ping_ok(3)
     time.sleep(0.3)
