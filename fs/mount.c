@@ -7,9 +7,12 @@
  *     create, mknod, mkdir, symlink, link, readdirplus), kept up to date on
  *     unlink/rmdir/rename and dropped with their inode at FORGET, so that a
  *     rollback invalidates exactly what the kernel may cache
+ *     and the negative entries the kernel caches (inode NULL, bounded)
  *   - the INIT patch: libfuse 3.14 never puts FUSE_PARALLEL_DIROPS and
  *     FUSE_HANDLE_KILLPRIV into the INIT reply; a custom writev adds them
- *     (same fix as tools/fusefloor.c; docs/bench-fs.md measured it).
+ *     (same fix as tools/fusefloor.c; docs/bench-fs.md measured it), and
+ *     FUSE_HANDLE_KILLPRIV_V2, which libfuse 3.14 does not know at all
+ *   - request counts per opcode (NTFS_FUSE_STATS=PATH, written at stop)
  * docs/mount.md describes the options and the lifecycle.
  */
 #define FUSE_USE_VERSION 314
@@ -43,12 +46,17 @@
 #define MOUNT_BLKSIZE 65536
 #define MOUNT_INIT_TIMEOUT_S 10
 #define MOUNT_XATTR_MAX 65536
+/* Negative entries recorded (so a rollback can invalidate them) at most;
+ * at the bound they are all invalidated and forgotten (the kernel never
+ * says when it drops a negative dentry). */
+#define MOUNT_NEG_MAX 32768
 
 /* ---- the kernel's view: inodes and entries ------------------------------ */
 
 struct kinode;
 
 struct kentry {
+        /* inode NULL: a negative entry (the kernel caches "no such name") */
         struct kentry *hnext;  /* chain in the entry hash */
         struct kentry *inext;  /* next entry of the same inode */
         struct kentry **iprev; /* the pointer that points at this entry */
@@ -85,7 +93,9 @@ struct ntfs_mount {
         uint32_t extra_flags; /* kernel flags added to the INIT reply */
         atomic_bool init_seen;
         bool init_done;
-        bool parallel_dirops, handle_killpriv;
+        bool parallel_dirops, handle_killpriv, handle_killpriv_v2;
+        uint32_t kernel_minor, kernel_flags; /* from the INIT request */
+        _Atomic uint64_t opcounts[64]; /* requests per opcode (0: out of range) */
 
         pthread_mutex_t lock; /* guards everything below; never held across a ws call or a notify */
         pthread_cond_t cond;
@@ -95,6 +105,8 @@ struct ntfs_mount {
         size_t nibuckets, ninodes;
         struct kentry **ebuckets;
         size_t nebuckets, nentries;
+        size_t nneg;       /* entries with inode NULL */
+        bool neg_purge;    /* asks inval_main to purge the negative entries */
         uint64_t invalidations;
 
         /* Invalidation requested from a FUSE worker thread (the store may run
@@ -226,6 +238,8 @@ static void kentry_free(ntfs_mount *m, struct kentry *e) {
                         e->inext->iprev = e->iprev;
         }
         m->nentries--;
+        if (!e->inode)
+                m->nneg--;
         free(e);
 }
 
@@ -257,6 +271,8 @@ static void entry_set(ntfs_mount *m, uint64_t parent, const char *name, struct k
         if (e) {
                 if (e->inode == n)
                         return;
+                if (!e->inode)
+                        m->nneg--;
                 kentry_detach(e);
                 kentry_attach(e, n);
                 return;
@@ -275,6 +291,45 @@ static void entry_set(ntfs_mount *m, uint64_t parent, const char *name, struct k
         m->nentries++;
         kentry_attach(e, n);
         entries_maybe_grow(m);
+}
+
+/* Records that the kernel may cache (parent, name) as absent. False when
+ * it cannot be recorded (bound reached, no memory): then the miss must not
+ * be cached. At the bound, inval_main is asked to purge the negatives. */
+static bool entry_set_negative(ntfs_mount *m, uint64_t parent, const char *name) {
+        size_t len = strlen(name);
+        struct kentry **p = kentry_slot(m, parent, name, len);
+        struct kentry *e = *p;
+        if (e) {
+                if (e->inode) { /* was a name the kernel knew: now absent */
+                        kentry_detach(e);
+                        m->nneg++;
+                }
+                return true;
+        }
+        if (m->nneg >= MOUNT_NEG_MAX) {
+                if (!m->neg_purge) {
+                        m->neg_purge = true;
+                        pthread_cond_broadcast(&m->cond);
+                }
+                return false;
+        }
+        e = malloc(sizeof(*e) + len + 1);
+        if (!e)
+                return false;
+        e->parent = parent;
+        e->hash = entry_hash(parent, name, len);
+        e->namelen = len;
+        memcpy(e->name, name, len + 1);
+        e->hnext = NULL;
+        e->inode = NULL;
+        e->iprev = NULL;
+        e->inext = NULL;
+        *p = e;
+        m->nentries++;
+        m->nneg++;
+        entries_maybe_grow(m);
+        return true;
 }
 
 static void entry_drop(ntfs_mount *m, uint64_t parent, const char *name) {
@@ -431,9 +486,65 @@ static int new_owner(fuse_req_t req, uint64_t parent, bool isdir, uint32_t *uid,
 
 /* ---- INIT ------------------------------------------------------------ */
 
+/* Request counts per opcode (NTFS_FUSE_STATS=PATH: written at stop, one
+ * "OPCODE COUNT" line each, the format of fusefloor -o stats). */
+#define MOUNT_NOPC 64
+static const char *const opc_names[MOUNT_NOPC] = {
+        [FUSE_LOOKUP] = "LOOKUP",       [FUSE_FORGET] = "FORGET",
+        [FUSE_GETATTR] = "GETATTR",     [FUSE_SETATTR] = "SETATTR",
+        [FUSE_READLINK] = "READLINK",   [FUSE_SYMLINK] = "SYMLINK",
+        [FUSE_MKNOD] = "MKNOD",         [FUSE_MKDIR] = "MKDIR",
+        [FUSE_UNLINK] = "UNLINK",       [FUSE_RMDIR] = "RMDIR",
+        [FUSE_RENAME] = "RENAME",       [FUSE_LINK] = "LINK",
+        [FUSE_OPEN] = "OPEN",           [FUSE_READ] = "READ",
+        [FUSE_WRITE] = "WRITE",         [FUSE_STATFS] = "STATFS",
+        [FUSE_RELEASE] = "RELEASE",     [FUSE_FSYNC] = "FSYNC",
+        [FUSE_SETXATTR] = "SETXATTR",   [FUSE_GETXATTR] = "GETXATTR",
+        [FUSE_LISTXATTR] = "LISTXATTR", [FUSE_REMOVEXATTR] = "REMOVEXATTR",
+        [FUSE_FLUSH] = "FLUSH",         [FUSE_INIT] = "INIT",
+        [FUSE_OPENDIR] = "OPENDIR",     [FUSE_READDIR] = "READDIR",
+        [FUSE_RELEASEDIR] = "RELEASEDIR", [FUSE_FSYNCDIR] = "FSYNCDIR",
+        [FUSE_GETLK] = "GETLK",         [FUSE_SETLK] = "SETLK",
+        [FUSE_SETLKW] = "SETLKW",       [FUSE_ACCESS] = "ACCESS",
+        [FUSE_CREATE] = "CREATE",       [FUSE_INTERRUPT] = "INTERRUPT",
+        [FUSE_BMAP] = "BMAP",           [FUSE_DESTROY] = "DESTROY",
+        [FUSE_IOCTL] = "IOCTL",         [FUSE_POLL] = "POLL",
+        [FUSE_NOTIFY_REPLY] = "NOTIFY_REPLY", [FUSE_BATCH_FORGET] = "BATCH_FORGET",
+        [FUSE_FALLOCATE] = "FALLOCATE", [FUSE_READDIRPLUS] = "READDIRPLUS",
+        [FUSE_RENAME2] = "RENAME2",     [FUSE_LSEEK] = "LSEEK",
+        [FUSE_COPY_FILE_RANGE] = "COPY_FILE_RANGE",
+};
+
+/* Set per request by io_read in the worker that then serves it (libfuse's
+ * workers read and process in the same thread, splice is off): the
+ * kernel's FUSE_WRITE_KILL_SUIDGID, which libfuse 3.14 does not pass on. */
+static __thread bool tls_write_kill;
+
 static ssize_t io_read(int fd, void *buf, size_t len, void *ud) {
+        ntfs_mount *m = ud;
         tls_fuse_worker = true;
-        return read(fd, buf, len);
+        ssize_t r = read(fd, buf, len);
+        tls_write_kill = false;
+        if (r >= (ssize_t)sizeof(struct fuse_in_header)) {
+                const struct fuse_in_header *ih = buf;
+                atomic_fetch_add_explicit(&m->opcounts[ih->opcode < MOUNT_NOPC && opc_names[ih->opcode] ? ih->opcode : 0], 1,
+                                          memory_order_relaxed);
+                if (ih->opcode == FUSE_INIT && (size_t)r >= sizeof(*ih) + 16) {
+                        /* What the kernel offers: libfuse 3.14 has no
+                         * capability bit for HANDLE_KILLPRIV_V2. */
+                        struct fuse_init_in ii;
+                        memcpy(&ii, (const char *)buf + sizeof(*ih), 16);
+                        m->kernel_minor = ii.minor;
+                        m->kernel_flags = ii.flags;
+                }
+                if (ih->opcode == FUSE_WRITE &&
+                    (size_t)r >= sizeof(*ih) + offsetof(struct fuse_write_in, flags)) {
+                        struct fuse_write_in wi;
+                        memcpy(&wi, (const char *)buf + sizeof(*ih), offsetof(struct fuse_write_in, flags));
+                        tls_write_kill = (wi.write_flags & FUSE_WRITE_KILL_SUIDGID) != 0;
+                }
+        }
+        return r;
 }
 
 /* libfuse 3.14 builds the INIT reply's flags from conn->want but has no
@@ -453,6 +564,7 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *ud) {
                         io->flags |= m->extra_flags;
                         m->parallel_dirops = io->flags & FUSE_PARALLEL_DIROPS;
                         m->handle_killpriv = io->flags & FUSE_HANDLE_KILLPRIV;
+                        m->handle_killpriv_v2 = io->flags & FUSE_HANDLE_KILLPRIV_V2;
                 }
         }
         ssize_t r = writev(fd, iov, count);
@@ -486,6 +598,18 @@ static void op_init(void *ud, struct fuse_conn_info *conn) {
          * on chown and truncate; the kernel then skips a GETATTR per chown. */
         if ((conn->capable & FUSE_CAP_HANDLE_KILLPRIV) && !m->read_only)
                 m->extra_flags |= FUSE_HANDLE_KILLPRIV;
+        /* HANDLE_KILLPRIV_V2 (protocol 7.33): the kernel then sets SB_NOSEC
+         * and stops asking for security.capability (a GETXATTR) before
+         * every write: after one check per inode and attribute refresh it
+         * marks the inode S_NOSEC. In exchange the daemon kills
+         * setuid/setgid and security.capability itself: op_write (on
+         * FUSE_WRITE_KILL_SUIDGID, seen by io_read), op_setattr (chown,
+         * truncate, FATTR_KILL_SUIDGID). NTFS_FUSE_NO_KILLPRIV_V2=1 turns it
+         * off (to measure it). */
+        const char *nov2 = getenv("NTFS_FUSE_NO_KILLPRIV_V2");
+        if (m->kernel_minor >= 33 && (m->kernel_flags & FUSE_HANDLE_KILLPRIV_V2) && !m->read_only &&
+            !(nov2 && *nov2 == '1'))
+                m->extra_flags |= FUSE_HANDLE_KILLPRIV_V2;
         /* The reply follows at once (the kernel holds requests until it has
          * it); io_writev marks INIT done too, after the patch. */
         pthread_mutex_lock(&m->lock);
@@ -501,6 +625,22 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
         uint64_t gen = ntfs_ws_generation(m->ws);
         struct ntfs_attr a;
         int r = ntfs_ws_lookup(m->ws, parent, name, &a);
+        if (r == -ENOENT && m->entry_timeout > 0) {
+                /* A cached negative entry: ino 0 with the entry timeout
+                 * (git, make, compilers and Python look up the same
+                 * missing names again and again). Recorded first, so that
+                 * a rollback invalidates it; not cached if a rollback ran
+                 * during the request. Creating the name through the kernel
+                 * replaces the kernel's negative dentry itself. */
+                pthread_mutex_lock(&m->lock);
+                bool rec = entry_set_negative(m, parent, name);
+                pthread_mutex_unlock(&m->lock);
+                if (rec && ntfs_ws_generation(m->ws) == gen) {
+                        struct fuse_entry_param e = {.ino = 0, .entry_timeout = m->entry_timeout};
+                        fuse_reply_entry(req, &e);
+                        return;
+                }
+        }
         if (r < 0) {
                 reply_err(req, r);
                 return;
@@ -816,9 +956,33 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
                 fuse_reply_err(req, EINVAL);
                 return;
         }
+        ntfs_mount *m = req_mount(req);
+        /* HANDLE_KILLPRIV_V2: the kernel asks us to kill setuid/setgid (it
+         * sets the flag for a writer without CAP_FSETID). With only
+         * HANDLE_KILLPRIV (v1) the kernel leaves it to us without a flag:
+         * approximate CAP_FSETID by uid 0. Killed as should_remove_suid()
+         * does: setuid always, setgid when group-executable. */
+        bool kill = m->handle_killpriv_v2 ? tls_write_kill : m->handle_killpriv && fuse_req_ctx(req)->uid != 0;
+        if (kill) {
+                struct ntfs_attr cur;
+                int k = ntfs_ws_getattr(m->ws, ino, &cur);
+                if (k >= 0 && S_ISREG(cur.mode)) {
+                        uint32_t mode = cur.mode & ~(uint32_t)S_ISUID;
+                        if (mode & S_IXGRP)
+                                mode &= ~(uint32_t)S_ISGID;
+                        if (mode != cur.mode) {
+                                struct ntfs_attr in = {.ino = ino, .mode = mode}, out;
+                                k = ntfs_ws_setattr(m->ws, ino, &in, NTFS_SET_MODE, &out);
+                        }
+                }
+                if (k < 0) {
+                        reply_err(req, k);
+                        return;
+                }
+        }
         /* O_APPEND: the kernel already put off at its i_size, under the
          * inode lock; every writer goes through this one kernel. */
-        ssize_t r = ntfs_ws_write(req_mount(req)->ws, ino, buf, size, (uint64_t)off, false);
+        ssize_t r = ntfs_ws_write(m->ws, ino, buf, size, (uint64_t)off, false);
         if (r < 0)
                 reply_err(req, (int)r);
         else
@@ -1176,14 +1340,59 @@ void ntfs_mount_invalidate_all(ntfs_mount *m) {
 
 static void ws_invalidated(ntfs_ws *ws, void *ud) { ntfs_mount_invalidate_all(ud); }
 
+/* The negative entries reached MOUNT_NEG_MAX: invalidate them in the kernel
+ * and forget them (run by inval_main, never by a worker). Holds inval_lock
+ * so that a rollback's invalidation does not interleave. */
+static void purge_negatives(ntfs_mount *m) {
+        pthread_mutex_lock(&m->inval_lock);
+        pthread_mutex_lock(&m->lock);
+        m->neg_purge = false;
+        size_t cap = m->nneg, ne = 0;
+        struct inval_entry *ents = calloc(cap ? cap : 1, sizeof(*ents));
+        for (size_t i = 0; ents && i < m->nebuckets; i++) {
+                struct kentry **p = &m->ebuckets[i];
+                while (*p) {
+                        struct kentry *e = *p;
+                        if (e->inode || ne >= cap) {
+                                p = &e->hnext;
+                                continue;
+                        }
+                        char *nm = malloc(e->namelen + 1);
+                        if (!nm) {
+                                p = &e->hnext;
+                                continue;
+                        }
+                        memcpy(nm, e->name, e->namelen + 1);
+                        ents[ne++] = (struct inval_entry){e->parent, nm, e->namelen};
+                        *p = e->hnext;
+                        m->nentries--;
+                        m->nneg--;
+                        free(e);
+                }
+        }
+        pthread_mutex_unlock(&m->lock);
+        for (size_t i = 0; i < ne; i++) {
+                (void)fuse_lowlevel_notify_inval_entry(m->se, ents[i].parent, ents[i].name, ents[i].len);
+                free(ents[i].name);
+        }
+        free(ents);
+        pthread_mutex_unlock(&m->inval_lock);
+}
+
 static void *inval_main(void *p) {
         ntfs_mount *m = p;
         pthread_mutex_lock(&m->lock);
         for (;;) {
-                while (!m->inval_requested && !m->inval_quit)
+                while (!m->inval_requested && !m->neg_purge && !m->inval_quit)
                         pthread_cond_wait(&m->cond, &m->lock);
                 if (m->inval_quit)
                         break;
+                if (m->neg_purge && !m->inval_requested) {
+                        pthread_mutex_unlock(&m->lock);
+                        purge_negatives(m);
+                        pthread_mutex_lock(&m->lock);
+                        continue;
+                }
                 m->inval_requested = false;
                 pthread_mutex_unlock(&m->lock);
                 ntfs_mount_invalidate_all(m);
@@ -1328,6 +1537,38 @@ static void mount_free(ntfs_mount *m) {
         free(m);
 }
 
+/* NTFS_FUSE_STATS=PATH: the request counts, one "OPCODE COUNT" line per
+ * opcode seen (fusefloor -o stats format; "OTHER" is out-of-table
+ * opcodes), written when the mount stops (the file is replaced). A measuring aid:
+ * failures are ignored. */
+static void write_stats(ntfs_mount *m) {
+        const char *path = getenv("NTFS_FUSE_STATS");
+        if (!path || !*path)
+                return;
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0)
+                return;
+        char buf[4096];
+        size_t pos = 0;
+        for (int i = 0; i < MOUNT_NOPC; i++) {
+                uint64_t n = atomic_load(&m->opcounts[i]);
+                if (n == 0)
+                        continue;
+                int k = snprintf(buf + pos, sizeof(buf) - pos, "%s %" PRIu64 "\n", i ? opc_names[i] : "OTHER", n);
+                if (k < 0 || (size_t)k >= sizeof(buf) - pos)
+                        break;
+                pos += (size_t)k;
+        }
+        for (size_t off = 0; off < pos;) {
+                ssize_t w = write(fd, buf + off, pos - off);
+                if (w < 0 && errno == EINTR)
+                        continue;
+                if (w <= 0)
+                        break;
+                off += (size_t)w;
+        }
+}
+
 int ntfs_mount_stop(ntfs_mount *m) {
         if (!m)
                 return 0;
@@ -1366,6 +1607,7 @@ int ntfs_mount_stop(ntfs_mount *m) {
         }
         /* The connection is gone (POLLERR on the fd): this only closes it. */
         fuse_session_unmount(m->se);
+        write_stats(m);
         mount_free(m);
         return ret;
 }
@@ -1428,6 +1670,15 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
         ops.opendir = op_open_noopen;
         (void)op_open;
         (void)op_opendir;
+        /* No CREATE: libfuse answers ENOSYS once, the kernel then creates
+         * with MKNOD and opens without OPEN (no_open), so a created file
+         * costs no RELEASE at close: -1 request per file (tar, creates;
+         * docs/bench-fs.md). O_EXCL, O_TRUNC, umask, setgid directories and
+         * writing a just-created 0444 file behave the same (tested).
+         * NTFS_FUSE_CREATE=1 keeps CREATE, to measure it. */
+        const char *withcreate = getenv("NTFS_FUSE_CREATE");
+        if (!(withcreate && *withcreate == '1'))
+                ops.create = NULL;
 
         m->se = fuse_session_new(&args, &ops, sizeof(ops), m);
         fuse_opt_free_args(&args);

@@ -283,7 +283,9 @@ int ntfs_ws_rename(ntfs_ws *ws, uint64_t parent, const char *name, uint64_t newp
 int ntfs_ws_link(ntfs_ws *ws, uint64_t ino, uint64_t newparent, const char *newname, struct ntfs_attr *ret);
 ssize_t ntfs_ws_read(ntfs_ws *ws, uint64_t ino, void *buf, size_t size, uint64_t off);
 /* Writes size bytes at off (append: off is ignored, writes at the end).
- * Returns bytes written. Updates mtime/ctime, clears setuid/setgid. */
+ * Returns bytes written. Updates mtime/ctime. (Clearing setuid/setgid is
+ * the FUSE layer's job: only the kernel knows whether the writer may keep
+ * them; see fs/mount.c.) */
 ssize_t ntfs_ws_write(ntfs_ws *ws, uint64_t ino, const void *buf, size_t size, uint64_t off, bool append);
 /* mode 0 only (allocate/extend); others -EOPNOTSUPP. */
 int ntfs_ws_fallocate(ntfs_ws *ws, uint64_t ino, int mode, uint64_t off, uint64_t len);
@@ -311,5 +313,33 @@ int ntfs_ws_statfs(ntfs_ws *ws, struct statvfs *ret);
 int ntfs_ws_fsync(ntfs_ws *ws);
 /* The kernel forgot ino: an unlinked inode with no names left is freed. */
 void ntfs_ws_forget(ntfs_ws *ws, uint64_t ino);
+
+/* ---- raw objects (export/import for remotes; fs/objects-io.c) ----------
+ *
+ * Objects are identified by the SHA-256 of their encoded bytes (type byte
+ * first). These calls let a transport copy objects between stores without
+ * knowing their encoding. */
+
+/* Copies object h into a malloc'd buffer (*ret, owned by the caller).
+ * -ENOENT when the store does not hold it. */
+int ntfs_object_get(ntfs_store *st, const ntfs_hash *h, uint8_t **ret, size_t *ret_len);
+/* 1 when the store holds h, 0 when not, or a negative error. */
+int ntfs_object_has(ntfs_store *st, const ntfs_hash *h);
+/* Stores an object that arrived from elsewhere: -NTFS_ECORRUPT unless the
+ * bytes hash to *expected and decode as a valid object. Objects it refers
+ * to need not be present yet (the caller moves a ref only once they are).
+ * Not durable by itself: follow with ntfs_store_flush(st, true). */
+int ntfs_object_put_verified(ntfs_store *st, const void *data, size_t len, const ntfs_hash *expected);
+/* Calls cb for each object that the encoded object data refers to.
+ * -NTFS_ECORRUPT for an invalid encoding; cb's negative return stops. */
+int ntfs_object_refs(const void *data, size_t len, int (*cb)(const ntfs_hash *, void *), void *ud);
+/* Visits every object reachable from commit (parents, trees, files, chunks,
+ * link tables, xattrs), each once, parents before children. cb gets the
+ * object's bytes (valid during the call) and returns 0 to descend, 1 to
+ * skip what it refers to, or a negative error to stop (returned). The store
+ * lock is taken per object, not for the whole walk. A missing object is
+ * -NTFS_ECORRUPT. */
+int ntfs_object_walk(ntfs_store *st, const ntfs_hash *commit,
+                     int (*cb)(const ntfs_hash *h, const void *data, size_t len, void *ud), void *ud);
 
 #endif

@@ -10,11 +10,15 @@
 #   tmpfs      a fresh tmpfs mount
 #   overlayfs  fuse-overlayfs, lower/upper/work on ext4
 #   floor      tools/fusefloor, the FUSE floor (FLOOR_OPTS adds -o options)
-#   ntfs       "$NTFS_MOUNT_CMD MNT" / "$NTFS_UMOUNT_CMD MNT"; skipped when unset
+#   ntfs       $NTFS_BUILD/fs/ntfs-fuse --store BASE/store --create --session bench
+#              (fresh store per run; NTFS_FUSE_STATS=PATH keeps its request
+#              counts as PATH.RUN), or "$NTFS_MOUNT_CMD MNT" / "$NTFS_UMOUNT_CMD MNT"
+#              when set; skipped when neither is available
 # Environment: BENCH_RUNS (3; 1 with --quick), BENCH_DIR (scratch on ext4,
 # default /var/tmp), BENCH_CACHE (where the tarball and C project are built
 # once, default /var/tmp/bench-fs-cache), FUSEFLOOR (the binary; default
-# $NTFS_BUILD/tools/fusefloor), BENCH_RAW (keep the raw TSV there).
+# $NTFS_BUILD/tools/fusefloor), BENCH_RAW (keep the raw TSV there),
+# BENCH_META_ONLY=1 (only creates, untar, find/du, git, rm -rf: no fio, no make).
 # Runs alternate: run r visits the targets in an order rotated by r.
 # Nothing here gates on absolute times.
 set -euo pipefail
@@ -25,7 +29,7 @@ QUICK=0
 for a in "$@"; do
         case $a in
         --quick) QUICK=1 ;;
-        -h | --help) sed -n '3,20p' "$0"; exit 0 ;;
+        -h | --help) sed -n '3,24p' "$0"; exit 0 ;;
         *) echo "bench-fs: unknown argument $a" >&2; exit 2 ;;
         esac
 done
@@ -41,6 +45,7 @@ fi
 TARGETS=${BENCH_TARGETS:-native tmpfs overlayfs floor ntfs}
 NTFS_BUILD=${NTFS_BUILD:-$(cd "$HERE/.." && pwd)/build}
 FUSEFLOOR=${FUSEFLOOR:-$NTFS_BUILD/tools/fusefloor}
+NTFS_FUSE=${NTFS_FUSE:-$NTFS_BUILD/fs/ntfs-fuse}
 CACHE=${BENCH_CACHE:-/var/tmp/bench-fs-cache}
 SCRATCH=$(mktemp -d "${BENCH_DIR:-/var/tmp}/bench-fs.XXXXXX")
 RAW=$SCRATCH/raw.tsv
@@ -150,11 +155,27 @@ mount_floor() {
 umount_floor() { umount_fuse "$1"; }
 NTFS_MNT=
 mount_ntfs() {
+        if [ -z "${NTFS_MOUNT_CMD:-}" ]; then
+                # built-in: ntfs-fuse with a fresh store on ext4 (BASE);
+                # NTFS_FUSE_STATS (request counts) reaches it through the env
+                "$NTFS_FUSE" --store "$2/store" --create --session bench -f "$1" &
+                PIDS+=($!)
+                MOUNTS+=("$1")
+                wait_mounted "$1" $!
+                return
+        fi
         NTFS_MNT=$1
         MNT=$1 bash -c "$NTFS_MOUNT_CMD \"\$MNT\""
         wait_mounted "$1"
 }
 umount_ntfs() {
+        if [ -z "${NTFS_MOUNT_CMD:-}" ]; then
+                umount_fuse "$1"
+                if [ -n "${NTFS_FUSE_STATS:-}" ] && [ -f "$NTFS_FUSE_STATS" ]; then
+                        cp "$NTFS_FUSE_STATS" "$NTFS_FUSE_STATS.$RUN"
+                fi
+                return
+        fi
         MNT=$1 bash -c "$NTFS_UMOUNT_CMD \"\$MNT\""
         NTFS_MNT=
 }
@@ -184,6 +205,7 @@ run_fio() { # NAME RW UNIT EXTRA...
 git_q() { git -c user.name=bench -c user.email=bench@localhost -c gc.auto=0 "$@"; }
 
 workloads() { # W: the fresh directory to work in
+        if [ "${BENCH_META_ONLY:-0}" = 1 ]; then meta_workloads; return; fi
         run_fio seq-write-1M write bw --rw=write --bs=1M --size=$SEQ --end_fsync=1
         run_fio seq-read-1M read bw --rw=read --bs=1M --size=$SEQ
         rm -f "$W/fio.dat"
@@ -192,7 +214,13 @@ workloads() { # W: the fresh directory to work in
         run_fio rand-write-4k write iops --rw=randwrite --bs=4k --size=$RANDSIZE \
                 --time_based --runtime=$RANDTIME --end_fsync=1
         rm -f "$W/fio.dat"
+        meta_workloads
+        cp -a "$CPROJ" "$W/cproj"
+        timed make-j2 make -s -j2 -C "$W/cproj" >/dev/null
+        rm -rf "$W/cproj"
+}
 
+meta_workloads() { # the metadata rows only (BENCH_META_ONLY=1: no fio, no make)
         mkdir "$W/creates"
         record creates-$NCREATE "$($HELPER creates "$W/creates" "$NCREATE")"
         rm -rf "$W/creates"
@@ -210,10 +238,6 @@ workloads() { # W: the fresh directory to work in
         git_q -C "$W/tree" status --porcelain >/dev/null
         timed git-status-warm git_q -C "$W/tree" status --porcelain >/dev/null
         timed rm-rf rm -rf "$W/tree"
-
-        cp -a "$CPROJ" "$W/cproj"
-        timed make-j2 make -s -j2 -C "$W/cproj" >/dev/null
-        rm -rf "$W/cproj"
 }
 
 # ---- main -------------------------------------------------------------------
@@ -223,8 +247,10 @@ for t in "${TLIST[@]}"; do
         case $t in
         native | tmpfs | overlayfs | floor) ;;
         ntfs)
-                if [ -z "${NTFS_MOUNT_CMD:-}" ] || [ -z "${NTFS_UMOUNT_CMD:-}" ]; then
-                        log "note: ntfs skipped (set NTFS_MOUNT_CMD and NTFS_UMOUNT_CMD)"
+                if [ -z "${NTFS_MOUNT_CMD:-}" ] && [ ! -x "$NTFS_FUSE" ]; then
+                        log "note: ntfs skipped (no $NTFS_FUSE; set NTFS_BUILD, or NTFS_MOUNT_CMD and NTFS_UMOUNT_CMD)"
+                elif [ -n "${NTFS_MOUNT_CMD:-}" ] && [ -z "${NTFS_UMOUNT_CMD:-}" ]; then
+                        log "NTFS_MOUNT_CMD needs NTFS_UMOUNT_CMD"; exit 2
                 fi ;;
         *) log "unknown target $t"; exit 2 ;;
         esac
@@ -238,7 +264,7 @@ n=${#TLIST[@]}
 for RUN in $(seq "$RUNS"); do
         for i in $(seq 0 $((n - 1))); do
                 TARGET=${TLIST[$(((i + RUN - 1) % n))]}
-                if [ "$TARGET" = ntfs ] && [ -z "${NTFS_MOUNT_CMD:-}${NTFS_UMOUNT_CMD:-}" ]; then
+                if [ "$TARGET" = ntfs ] && [ -z "${NTFS_MOUNT_CMD:-}" ] && [ ! -x "$NTFS_FUSE" ]; then
                         continue
                 fi
                 log "run $RUN: $TARGET"

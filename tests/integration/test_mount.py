@@ -496,6 +496,45 @@ print(tryit(lambda: os.unlink("{r}/public")))
     assert (st.st_uid, st.st_gid) == (65534, 65534)
 
 
+def test_write_by_non_root_clears_setuid(mnt):
+    """A write by an unprivileged user drops setuid (and setgid when group-
+    executable), as on a native filesystem; root's write keeps them."""
+    r = mnt.path
+    os.chmod(r, 0o755)
+    for name, mode in [("su", 0o4777), ("sgx", 0o2777), ("sg_noexec", 0o2767)]:
+        write(f"{r}/{name}", b"x")
+        os.chmod(f"{r}/{name}", mode)
+    write(f"{r}/rootsu", b"x")
+    os.chmod(f"{r}/rootsu", 0o4777)
+    with open(f"{r}/rootsu", "ab") as f:
+        f.write(b"root")
+    assert os.stat(f"{r}/rootsu").st_mode & 0o7777 == 0o4777
+    code = f"""
+for n in ("su", "sgx", "sg_noexec"):
+    with open("{r}/" + n, "ab") as f:
+        f.write(b"nobody")
+"""
+    res = run_as_nobody(code)
+    assert res.returncode == 0, res.stderr
+    assert os.stat(f"{r}/su").st_mode & 0o7777 == 0o0777
+    assert os.stat(f"{r}/sgx").st_mode & 0o7777 == 0o0777
+    # setgid without group-exec is mandatory locking, not privilege: kept
+    assert os.stat(f"{r}/sg_noexec").st_mode & 0o7777 == 0o2767
+
+
+def test_negative_entry_forgotten_on_rollback(mnt):
+    """A name looked up while missing (a cached negative entry) appears as
+    soon as a rollback brings it back."""
+    p = os.path.join(mnt.path, "x")
+    write(p, b"back")
+    mnt.checkpoint()
+    os.unlink(p)
+    assert not os.path.exists(p)  # the kernel may now cache "no such name"
+    mnt.rollback()
+    with open(p, "rb") as f:
+        assert f.read() == b"back"
+
+
 def test_setgid_directory_inherits_group(mnt):
     d = os.path.join(mnt.path, "g")
     os.mkdir(d)
