@@ -24,6 +24,7 @@
 
 #include "common/cleanup.h"
 #include "common/err.h"
+#include "common/fault.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "ctl/daemon.h"
@@ -148,7 +149,10 @@ static int run_fetch(const char *session, const char *url, const char *method, c
 
         struct ntfs_fetch_opts fo = { .method = method };
         struct ntfs_fetch_result fr;
+        /* Crash-matrix fault points (docs/recovery.md): crash only. */
+        (void)NTFS_FAULT("fetch.after_begin");
         r = ntfs_gateway_fetch(D.gw, url, &fo, &fr);
+        (void)NTFS_FAULT("fetch.after_fetch");
         if (r < 0) {
                 const char *msg = fr.error[0] ? fr.error : ntfs_strerror(r);
                 snprintf(why, whylen, "%s", msg);

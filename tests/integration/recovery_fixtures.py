@@ -134,13 +134,14 @@ class Runner:
         self.proc = None
         self.pgids = []
 
-    def start(self, fault=None, timeout=30):
+    def start(self, fault=None, timeout=30, args=()):
         env = dict(os.environ)
         env.pop("NTFS_FAULT", None)
         if fault:
             env["NTFS_FAULT"] = fault
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([self.binary, "--store", self.store, "--socket", self.sock, "-f"],
+            self.proc = subprocess.Popen([self.binary, "--store", self.store, "--socket", self.sock, "-f",
+                                          *args],
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
                                          start_new_session=True)
         self.pgids.append(self.proc.pid)

@@ -19,6 +19,8 @@ reach (recovery_fixtures.py explains why not 127.0.0.1).
 
 Run: NTFS_BUILD=/work/main/build /usr/bin/python3 -m pytest tests/integration/test_recovery.py
 """
+import http.server
+import json
 import os
 import re
 import threading
@@ -281,16 +283,69 @@ def test_replay_deterministic_and_diverging(runner):
     assert r.http("POST", "/v1/sessions/rnd/replay", {})[0] == 400
 
 
-def test_fetch_url_crash(runner):
-    """fetch_url runs in ntfsd through the gateway (ctl/routes-fetch.c). Until
-    that module is in the build this crash case cannot exist; say so."""
+class _Hits(http.server.BaseHTTPRequestHandler):
+    hits = {}
+    lock = threading.Lock()
+
+    def do_GET(self):
+        with self.lock:
+            _Hits.hits[self.path] = _Hits.hits.get(self.path, 0) + 1
+        body = b"fetched " + self.path.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.fixture
+def hit_server():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hits)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield srv.server_address[1]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+@pytest.mark.parametrize("point", ["after_begin", "after_fetch", "after_completion"])
+def test_fetch_url_crash(runner, hit_server, scratch, point):
+    """A fetch_url reaches the outside world at most once whatever crashes:
+    a crash before the fetch or after it (before the journal row is
+    finished) leaves outcome_unknown and is never fetched again; a finished
+    one is served from the journal."""
     r = runner
-    r.start()
+    policy = os.path.join(scratch, "policy.ini")
+    with open(policy, "w") as f:
+        f.write("[fetch]\nallow_hosts = 127.0.0.1\nallow_ports = *\nprivate_hosts = 127.0.0.1\n")
+    args = ("--policy", policy)
+    fault = {"after_begin": "fetch.after_begin:1:crash", "after_fetch": "fetch.after_fetch:1:crash"}.get(point)
+    r.start(fault=fault, args=args)
     r.ok("POST", "/v1/sessions", {"name": "w"})
-    st, j = r.http("POST", "/tool/execute", {"tool_name": "fetch_url", "tool_input": {"url": "http://127.0.0.1:9/"},
-                                             "session_id": "w"})
-    if "non-shell tool" in str(j):
-        pytest.skip("fetch_url is not routed in this build (ctl/routes-fetch.c missing): "
-                    "its crash case is a follow-up (docs/recovery.md)")
-    pytest.skip(f"fetch_url is routed ({st}) but its crash case is not written yet: "
-                "follow-up in docs/recovery.md")
+    path = f"/{point}"
+    url = f"http://127.0.0.1:{hit_server}{path}"
+    body = {"url": url, "idempotency_key": "f1"}
+    if fault:
+        with pytest.raises(OSError):  # the daemon dies inside the call
+            r.http("POST", "/v1/sessions/w/fetch", body)
+        assert r.wait_dead() == -9, r.log_tail()
+    else:
+        st, j = r.http("POST", "/v1/sessions/w/fetch", body)
+        assert st == 200 and "fetched" in json.dumps(j), j
+        r.kill9()
+    r.start(args=args)
+    hits = _Hits.hits.get(path, 0)
+    assert hits == (0 if point == "after_begin" else 1)
+    effs = r.effects("w")
+    assert len(effs) == 1 and effs[0]["tool"] == "fetch_url", effs
+    assert effs[0]["status"] == ("done" if point == "after_completion" else "outcome_unknown"), effs[0]
+    # the agent retries, twice, with the same key: nothing reaches the server again
+    for _ in range(2):
+        st, j = r.http("POST", "/v1/sessions/w/fetch", body)
+        assert st in (200, 409, 502), (st, j)
+    assert _Hits.hits.get(path, 0) == hits
+    assert len(r.effects("w")) == 1
