@@ -1981,6 +1981,165 @@ static int cmd_trunk_status(struct ctx *c, const struct cmd *cmd, struct args *a
         return 0;
 }
 
+/* ---- remotes: S3 buckets, push / pull / clone (ctl/routes-remote.c, docs/remote.md) ---- */
+
+#define REMOTE_TIMEOUT_MS (3600u * 1000)
+
+static void print_transfer(const json_t *j) {
+        const json_t *t = json_object_get(j, "transfer");
+        if (!t)
+                return;
+        printf("  %lld objects in %lld packs, %lld requests, %lld bytes sent, %lld received\n",
+               (long long)json_integer_value(json_object_get(t, "objects")),
+               (long long)json_integer_value(json_object_get(t, "packs")),
+               (long long)json_integer_value(json_object_get(t, "requests")),
+               (long long)json_integer_value(json_object_get(t, "bytes_sent")),
+               (long long)json_integer_value(json_object_get(t, "bytes_received")));
+}
+
+static int cmd_remote_add(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        const char *ak = flag(cmd, a, "access-key"), *sk = flag(cmd, a, "secret-key"), *region = flag(cmd, a, "region");
+        if (!sk)
+                sk = getenv("NTFS_S3_SECRET_KEY");
+        if (!ak)
+                ak = getenv("NTFS_S3_ACCESS_KEY");
+        if (!ak != !sk)
+                return usage_error(cmd, "give both --access-key and --secret-key (or NTFS_S3_ACCESS_KEY and NTFS_S3_SECRET_KEY)");
+        json_t *body = json_pack("{s:s,s:s}", "name", a->pos[0], "url", a->pos[1]);
+        if (!body || (ak && set_str(body, "access_key", ak) < 0) || (sk && set_str(body, "secret_key", sk) < 0) ||
+            (region && set_str(body, "region", region) < 0)) {
+                json_decref(body);
+                return oom(c);
+        }
+        json_t *j = NULL;
+        int r = call(c, "POST", "/v1/remotes", body, &j);
+        json_decref(body);
+        if (r)
+                return r;
+        if (c->json)
+                r = print_json(j);
+        else
+                printf("added remote %s: %s\n", jstr(j, "name", a->pos[0]), jstr(j, "url", a->pos[1]));
+        json_decref(j);
+        return r;
+}
+
+static int cmd_remote_ls(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        (void)cmd, (void)a;
+        json_t *j = NULL;
+        int r = call(c, "GET", "/v1/remotes", NULL, &j);
+        if (r)
+                return r;
+        if (c->json) {
+                r = print_json(j);
+        } else {
+                size_t i;
+                json_t *o;
+                json_array_foreach(json_object_get(j, "remotes"), i, o)
+                        printf("%s\t%s\t%s\t%s\n", jstr(o, "name", "-"), jstr(o, "url", "-"), jstr(o, "region", "-"),
+                               json_is_true(json_object_get(o, "credentials")) ? "credentials" : "anonymous");
+        }
+        json_decref(j);
+        return r;
+}
+
+static int cmd_remote_rm(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        (void)cmd;
+        _cleanup_free_ char *e = esc(a->pos[0]);
+        _cleanup_free_ char *path = NULL;
+        if (!e || asprintf(&path, "/v1/remotes/%s", e) < 0)
+                return oom(c);
+        json_t *j = NULL;
+        int r = call(c, "DELETE", path, NULL, &j);
+        if (r)
+                return r;
+        if (c->json)
+                r = print_json(j);
+        else
+                printf("removed remote %s\n", a->pos[0]);
+        json_decref(j);
+        return r;
+}
+
+static int remote_call(struct ctx *c, const char *path, json_t *body, json_t **ret) {
+        int r = call_full(c, "POST", path, body, REMOTE_TIMEOUT_MS, ret, NULL, false);
+        json_decref(body);
+        return r;
+}
+
+static int cmd_push(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        if (has_flag(cmd, a, "tags"))
+                return usage_error(cmd, "--tags is not supported yet");
+        _cleanup_free_ char *path = session_path(a->pos[0], "/push");
+        json_t *body = json_object();
+        if (!path || !body || (a->npos > 1 && set_str(body, "remote", a->pos[1]) < 0)) {
+                json_decref(body);
+                return oom(c);
+        }
+        json_t *j = NULL;
+        int r = remote_call(c, path, body, &j);
+        if (r)
+                return r;
+        if (c->json) {
+                r = print_json(j);
+        } else {
+                if (json_is_true(json_object_get(j, "up_to_date")))
+                        printf("%s: remote %s is up to date at %s\n", a->pos[0], jstr(j, "remote", "-"),
+                               jstr(j, "short", "-"));
+                else
+                        printf("pushed %s to %s at %s\n", a->pos[0], jstr(j, "remote", "-"), jstr(j, "short", "-"));
+                print_transfer(j);
+        }
+        json_decref(j);
+        return r;
+}
+
+static int cmd_pull(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        _cleanup_free_ char *path = session_path(a->pos[0], "/pull");
+        json_t *body = json_object();
+        if (!path || !body || (a->npos > 1 && set_str(body, "remote", a->pos[1]) < 0) ||
+            (has_flag(cmd, a, "merge") && json_object_set_new(body, "merge", json_true()) < 0)) {
+                json_decref(body);
+                return oom(c);
+        }
+        json_t *j = NULL;
+        int r = remote_call(c, path, body, &j);
+        if (r)
+                return r;
+        if (c->json) {
+                r = print_json(j);
+        } else {
+                printf("%s: %s from %s, head %s\n", a->pos[0], jstr(j, "result", "-"), jstr(j, "remote", "-"),
+                       jstr(j, "short", "-"));
+                print_transfer(j);
+        }
+        json_decref(j);
+        return r;
+}
+
+static int cmd_clone(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        const char *slash = strchr(a->pos[0], '/');
+        if (!slash || slash == a->pos[0] || !slash[1])
+                return usage_error(cmd, "want REMOTE/SESSION, not '%s'", a->pos[0]);
+        _cleanup_free_ char *rname = strndup(a->pos[0], (size_t)(slash - a->pos[0]));
+        json_t *body = rname ? json_pack("{s:s,s:s,s:s}", "remote", rname, "session", slash + 1, "name", a->pos[1])
+                             : NULL;
+        if (!body)
+                return oom(c);
+        json_t *j = NULL;
+        int r = remote_call(c, "/v1/clone", body, &j);
+        if (r)
+                return r;
+        if (c->json) {
+                r = print_json(j);
+        } else {
+                printf("cloned %s to %s at %s\n", a->pos[0], jstr(j, "name", a->pos[1]), jstr(j, "short", "-"));
+                print_transfer(j);
+        }
+        json_decref(j);
+        return r;
+}
+
 static const struct flagspec no_flags[] = { { NULL, 0, false } };
 static const struct flagspec trunk_version_flags[] = { { "version", 0, true }, { NULL, 0, false } };
 static const struct flagspec from_flags[] = { { "from", 0, true }, { NULL, 0, false } };
@@ -2009,6 +2168,12 @@ static const struct flagspec import_flags[] = { { "message", 'm', true },
                                                 { "max-bytes", 0, true },
                                                 { "quiet", 'q', false },
                                                 { NULL, 0, false } };
+
+static const struct flagspec remote_add_flags[] = {
+        { "access-key", 0, true }, { "secret-key", 0, true }, { "region", 0, true }, { NULL, 0, false }
+};
+static const struct flagspec push_flags[] = { { "tags", 0, false }, { NULL, 0, false } };
+static const struct flagspec pull_flags[] = { { "merge", 0, false }, { NULL, 0, false } };
 
 static const struct cmd commands[] = {
         { "status", "", "show the daemon, the store and its mounts",
@@ -2241,6 +2406,47 @@ static const struct cmd commands[] = {
           "conflicted, aborted) and base version.\n"
           "\nExample:\n  ntfs-ctl trunk status main\n",
           no_flags, 1, 1, false, cmd_trunk_status },
+        { "remote add", "NAME URL [--access-key K --secret-key S] [--region R]", "configure an S3 remote",
+          "Adds the remote NAME: an S3-compatible bucket (AWS S3, Ceph RGW, MinIO, R2)\n"
+          "given as URL http[s]://HOST[:PORT]/BUCKET[/PREFIX] (path-style). The keys stay\n"
+          "in the daemon (a 0600 file in the store); no response ever shows the secret.\n"
+          "The environment variables NTFS_S3_ACCESS_KEY / NTFS_S3_SECRET_KEY stand in for\n"
+          "the flags (keeping the secret out of the process list).\n"
+          "\nOptions:\n  --access-key K   the S3 access key id\n  --secret-key S   the S3 secret key\n"
+          "  --region R       the SigV4 region (default us-east-1)\n"
+          "\nExample:\n  ntfs-ctl remote add origin http://127.0.0.1:7480/ntfs --access-key AK --secret-key SK\n",
+          remote_add_flags, 2, 2, false, cmd_remote_add },
+        { "remote ls", "", "list remotes",
+          "Lists every remote: name, URL, region and whether it has credentials.\n"
+          "\nExample:\n  ntfs-ctl remote ls\n",
+          no_flags, 0, 0, false, cmd_remote_ls },
+        { "remote rm", "NAME", "forget a remote",
+          "Removes the remote NAME from the daemon (the bucket is not touched).\n"
+          "\nExample:\n  ntfs-ctl remote rm origin\n",
+          no_flags, 1, 1, false, cmd_remote_rm },
+        { "push", "NAME [REMOTE] [--tags]", "upload a session to a remote",
+          "Checkpoints NAME, uploads the objects its commits reach that the remote lacks\n"
+          "(packed, several uploads at once) and moves the remote's head for NAME with a\n"
+          "compare-and-swap. When the remote has commits this session lacks (another\n"
+          "machine pushed first) nothing moves and the error says to pull. REMOTE may be\n"
+          "left out when exactly one is configured. --tags is not supported yet.\n"
+          "\nExample:\n  ntfs-ctl push main origin\n",
+          push_flags, 1, 2, false, cmd_push },
+        { "pull", "NAME [REMOTE] [--merge]", "fetch a session's new commits from a remote",
+          "Checkpoints NAME, downloads what it lacks of the remote's head for NAME (each\n"
+          "object verified by its hash; a missing or corrupt object is an error naming it\n"
+          "and nothing changes), then fast-forwards NAME. When both sides have new\n"
+          "commits: an error, or with --merge a three-way merge (a commit with both heads\n"
+          "as parents; conflicting paths are an error and nothing changes).\n"
+          "\nOptions:\n  --merge   merge diverged histories\n"
+          "\nExample:\n  ntfs-ctl pull main origin --merge\n",
+          pull_flags, 1, 2, false, cmd_pull },
+        { "clone", "REMOTE/SESSION NEWNAME", "make a local session from a remote one",
+          "Downloads the remote's head for SESSION (verified by hash) and creates the\n"
+          "local session NEWNAME at it. Push NEWNAME back under the name SESSION by\n"
+          "cloning to the same name.\n"
+          "\nExample:\n  ntfs-ctl clone origin/main main\n",
+          no_flags, 2, 2, false, cmd_clone },
 };
 
 static const char global_help[] =

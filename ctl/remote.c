@@ -1,0 +1,1029 @@
+/* SPDX-License-Identifier: MIT
+ * remote.c — push/fetch sessions to/from S3 (remote.h, docs/remote.md).
+ *
+ * Index format (P/idx/<sha256>.idx), all integers big-endian:
+ *   "NTFSIDX1", u32 npacks, npacks x 64 hex (pack names),
+ *   u32 nobjects, nobjects x (32-byte hash, u32 pack number, u64 offset, u32 length)
+ * offset is where the object's bytes start inside the pack.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+
+#include "common/cleanup.h"
+#include "common/err.h"
+#include "common/fault.h"
+#include "common/util.h"
+#include "ctl/remote.h"
+#include "common/banned.h"
+
+#define PACK_MAGIC "NTFSPAK1"
+#define IDX_MAGIC "NTFSIDX1"
+#define MAX_BODY (64ull << 20)
+#define MAX_KEYS 100000
+
+/* ---- growing buffer -------------------------------------------------------------------- */
+
+struct buf {
+        uint8_t *p;
+        size_t n, cap;
+};
+static int buf_add(struct buf *b, const void *d, size_t n) {
+        if (b->n + n > b->cap) {
+                size_t nc = b->cap ? b->cap : 4096;
+                while (nc < b->n + n)
+                        nc *= 2;
+                uint8_t *np = realloc(b->p, nc);
+                if (!np)
+                        return -ENOMEM;
+                b->p = np;
+                b->cap = nc;
+        }
+        if (n)
+                memcpy(b->p + b->n, d, n);
+        b->n += n;
+        return 0;
+}
+static void buf_free(struct buf *b) {
+        free(b->p);
+        *b = (struct buf){ 0 };
+}
+
+/* ---- hash set / map (open addressing on the hash's first 8 bytes) -------------------------- */
+
+struct loc {
+        uint32_t pack;
+        uint64_t off;
+        uint32_t len;
+};
+struct hmap {
+        ntfs_hash *k;
+        struct loc *v;
+        uint8_t *used;
+        size_t cap, n;
+};
+static size_t hm_slot(const struct hmap *m, const ntfs_hash *h) {
+        uint64_t x;
+        memcpy(&x, h->b, 8);
+        size_t j = x & (m->cap - 1);
+        while (m->used[j] && memcmp(m->k[j].b, h->b, NTFS_HASH_LEN) != 0)
+                j = (j + 1) & (m->cap - 1);
+        return j;
+}
+static struct loc *hm_get(const struct hmap *m, const ntfs_hash *h) {
+        if (!m->cap)
+                return NULL;
+        size_t j = hm_slot(m, h);
+        return m->used[j] ? &m->v[j] : NULL;
+}
+static int hm_put(struct hmap *m, const ntfs_hash *h, const struct loc *v) {
+        if ((m->n + 1) * 2 > m->cap) {
+                struct hmap n = { .cap = m->cap ? m->cap * 2 : 1024 };
+                n.k = calloc(n.cap, sizeof *n.k);
+                n.v = calloc(n.cap, sizeof *n.v);
+                n.used = calloc(n.cap, 1);
+                if (!n.k || !n.v || !n.used) {
+                        free(n.k), free(n.v), free(n.used);
+                        return -ENOMEM;
+                }
+                for (size_t i = 0; i < m->cap; i++)
+                        if (m->used[i]) {
+                                size_t j = hm_slot(&n, &m->k[i]);
+                                n.used[j] = 1, n.k[j] = m->k[i], n.v[j] = m->v[i], n.n++;
+                        }
+                free(m->k), free(m->v), free(m->used);
+                *m = n;
+        }
+        size_t j = hm_slot(m, h);
+        if (!m->used[j])
+                m->n++;
+        m->used[j] = 1, m->k[j] = *h, m->v[j] = v ? *v : (struct loc){ 0 };
+        return 0;
+}
+static void hm_free(struct hmap *m) {
+        free(m->k), free(m->v), free(m->used);
+        *m = (struct hmap){ 0 };
+}
+
+/* ---- S3 client ----------------------------------------------------------------------------- */
+
+struct s3 {
+        const struct ntfs_remote_cfg *cfg;
+        char endpoint[512], bucket[256], prefix[512];
+        char sigv4[128], userpwd[520];
+        struct ntfs_remote_stats *stats;
+        pthread_mutex_t *stats_lock;
+};
+
+struct s3_resp {
+        long status;
+        struct buf body;
+        char etag[130];
+        size_t body_max;
+        bool too_big;
+};
+
+struct upload {
+        const uint8_t *p;
+        size_t n, off;
+};
+static size_t rd_cb(char *dst, size_t sz, size_t nm, void *ud) {
+        struct upload *u = ud;
+        size_t want = sz * nm, left = u->n - u->off;
+        if (want > left)
+                want = left;
+        memcpy(dst, u->p + u->off, want);
+        u->off += want;
+        return want;
+}
+static size_t wr_cb(char *src, size_t sz, size_t nm, void *ud) {
+        struct s3_resp *r = ud;
+        size_t n = sz * nm;
+        if (r->body.n + n > r->body_max) {
+                r->too_big = true;
+                return 0;
+        }
+        return buf_add(&r->body, src, n) < 0 ? 0 : n;
+}
+static size_t hdr_cb(char *src, size_t sz, size_t nm, void *ud) {
+        struct s3_resp *r = ud;
+        size_t n = sz * nm;
+        if (n > 5 && strncasecmp(src, "etag:", 5) == 0) {
+                const char *v = src + 5;
+                size_t vl = n - 5;
+                while (vl && (*v == ' ' || *v == '\t'))
+                        v++, vl--;
+                while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
+                        vl--;
+                if (vl < sizeof r->etag) {
+                        memcpy(r->etag, v, vl);
+                        r->etag[vl] = 0;
+                }
+        }
+        return n;
+}
+
+static void stat_add(struct s3 *s, uint64_t sent, uint64_t recv) {
+        if (!s->stats)
+                return;
+        pthread_mutex_lock(s->stats_lock);
+        s->stats->requests++;
+        s->stats->bytes_sent += sent;
+        s->stats->bytes_received += recv;
+        pthread_mutex_unlock(s->stats_lock);
+}
+
+/* One request. key: object key below the bucket (already URL-safe), or NULL
+ * for the bucket itself; query: sorted and encoded (libcurl 7.88 signs it
+ * as given). Transport failures: -NTFS_EUPSTREAM with msg. */
+static int s3_req(struct s3 *s, CURL *c, const char *method, const char *key, const char *query, const void *body,
+                  size_t blen, const char *cond_header, struct s3_resp *out, char *msg, size_t msglen) {
+        char url[2048];
+        int n = snprintf(url, sizeof url, "%s/%s%s%s%s%s", s->endpoint, s->bucket, key ? "/" : "", key ? key : "",
+                         query ? "?" : "", query ? query : "");
+        if (n < 0 || (size_t)n >= sizeof url)
+                return -ENAMETOOLONG;
+        uint8_t sha[NTFS_HASH_LEN];
+        char hex[NTFS_HEX_LEN + 1], h1[160];
+        ntfs_sha256(body ? body : "", body ? blen : 0, sha);
+        ntfs_hex(sha, NTFS_HASH_LEN, hex);
+        snprintf(h1, sizeof h1, "x-amz-content-sha256: %s", hex);
+        struct curl_slist *hl = curl_slist_append(NULL, h1);
+        if (hl && cond_header)
+                hl = curl_slist_append(hl, cond_header);
+        if (!hl)
+                return -ENOMEM;
+        curl_easy_reset(c);
+        struct upload up = { body, blen, 0 };
+        if (!out->body_max)
+                out->body_max = MAX_BODY;
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(c, CURLOPT_AWS_SIGV4, s->sigv4);
+        curl_easy_setopt(c, CURLOPT_USERPWD, s->userpwd);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, wr_cb);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
+        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, hdr_cb);
+        curl_easy_setopt(c, CURLOPT_HEADERDATA, out);
+        curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+        curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+        curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 30L);
+        curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+        if (strcmp(method, "PUT") == 0) {
+                curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+                curl_easy_setopt(c, CURLOPT_READFUNCTION, rd_cb);
+                curl_easy_setopt(c, CURLOPT_READDATA, &up);
+                curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)blen);
+        } else if (strcmp(method, "HEAD") == 0) {
+                curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+        } else if (strcmp(method, "GET") != 0) {
+                curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+        }
+        CURLcode cc = curl_easy_perform(c);
+        curl_slist_free_all(hl);
+        stat_add(s, blen, out->body.n);
+        if (cc != CURLE_OK) {
+                snprintf(msg, msglen, "remote '%s': %s %s: %s", s->cfg->name, method, key ? key : s->bucket,
+                         out->too_big ? "response too large" : curl_easy_strerror(cc));
+                return -NTFS_EUPSTREAM;
+        }
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
+        return 0;
+}
+
+/* The S3 error code of a response body (<Code>X</Code>), or "". */
+static void s3_code(const struct s3_resp *r, char *out, size_t olen) {
+        out[0] = 0;
+        if (!r->body.n)
+                return;
+        const char *b = (const char *)r->body.p;
+        const char *end = b + r->body.n;
+        const char *p = memmem(b, r->body.n, "<Code>", 6);
+        if (!p)
+                return;
+        p += 6;
+        const char *q = memmem(p, (size_t)(end - p), "</Code>", 7);
+        if (!q || (size_t)(q - p) >= olen)
+                return;
+        memcpy(out, p, (size_t)(q - p));
+        out[q - p] = 0;
+}
+
+/* Maps an unexpected status to an error with a message. */
+static int s3_fail(struct s3 *s, const char *what, const struct s3_resp *r, char *msg, size_t msglen) {
+        char code[64];
+        s3_code(r, code, sizeof code);
+        if (r->status == 403 || r->status == 401) {
+                snprintf(msg, msglen, "remote '%s': authentication failed (HTTP %ld %s): check the access key and secret",
+                         s->cfg->name, r->status, code[0] ? code : "Forbidden");
+                return -NTFS_ENOKEY;
+        }
+        snprintf(msg, msglen, "remote '%s': %s: HTTP %ld %s", s->cfg->name, what, r->status, code);
+        return -NTFS_EUPSTREAM;
+}
+
+static void resp_free(struct s3_resp *r) {
+        buf_free(&r->body);
+}
+
+int ntfs_remote_parse_url(const char *url, char *endpoint, size_t elen, char *bucket, size_t blen, char *prefix,
+                          size_t plen) {
+        const char *p;
+        if (strncmp(url, "http://", 7) == 0)
+                p = url + 7;
+        else if (strncmp(url, "https://", 8) == 0)
+                p = url + 8;
+        else
+                return -NTFS_EBADREQ;
+        const char *slash = strchr(p, '/');
+        if (!slash || slash == p || (size_t)(slash - url) >= elen)
+                return -NTFS_EBADREQ;
+        memcpy(endpoint, url, (size_t)(slash - url));
+        endpoint[slash - url] = 0;
+        const char *b = slash + 1, *e = strchr(b, '/');
+        size_t bl = e ? (size_t)(e - b) : strlen(b);
+        if (bl < 3 || bl > 63 || bl >= blen)
+                return -NTFS_EBADREQ;
+        for (size_t i = 0; i < bl; i++)
+                if (!((b[i] >= 'a' && b[i] <= 'z') || (b[i] >= '0' && b[i] <= '9') || b[i] == '-' || b[i] == '.'))
+                        return -NTFS_EBADREQ;
+        memcpy(bucket, b, bl);
+        bucket[bl] = 0;
+        prefix[0] = 0;
+        if (e && e[1]) {
+                const char *pf = e + 1;
+                size_t pl = strlen(pf);
+                while (pl && pf[pl - 1] == '/')
+                        pl--;
+                if (pl + 2 > plen)
+                        return -NTFS_EBADREQ;
+                for (size_t i = 0; i < pl; i++)
+                        if (!((pf[i] >= 'a' && pf[i] <= 'z') || (pf[i] >= 'A' && pf[i] <= 'Z') ||
+                              (pf[i] >= '0' && pf[i] <= '9') || strchr("-_./", pf[i])))
+                                return -NTFS_EBADREQ;
+                memcpy(prefix, pf, pl);
+                prefix[pl] = '/';
+                prefix[pl + 1] = 0;
+        }
+        for (const char *q = endpoint; *q; q++)
+                if ((unsigned char)*q <= 0x20 || *q == '@' || *q == '?' || *q == '#')
+                        return -NTFS_EBADREQ;
+        return 0;
+}
+
+static int s3_init(struct s3 *s, const struct ntfs_remote_cfg *cfg, struct ntfs_remote_stats *stats,
+                   pthread_mutex_t *lock, char *msg, size_t msglen) {
+        *s = (struct s3){ .cfg = cfg, .stats = stats, .stats_lock = lock };
+        if (ntfs_remote_parse_url(cfg->url, s->endpoint, sizeof s->endpoint, s->bucket, sizeof s->bucket, s->prefix,
+                                  sizeof s->prefix) < 0) {
+                snprintf(msg, msglen, "remote '%s': bad URL (want http[s]://host[:port]/bucket[/prefix])", cfg->name);
+                return -NTFS_EBADREQ;
+        }
+        snprintf(s->sigv4, sizeof s->sigv4, "aws:amz:%s:s3", cfg->region[0] ? cfg->region : "us-east-1");
+        snprintf(s->userpwd, sizeof s->userpwd, "%s:%s", cfg->access_key, cfg->secret_key);
+        return 0;
+}
+static void s3_done(struct s3 *s) {
+        explicit_bzero(s->userpwd, sizeof s->userpwd);
+}
+
+static void head_key(const struct s3 *s, const char *session, char *out, size_t olen) {
+        size_t n = strlen(session);
+        char hx[2 * NTFS_NAME_MAX + 1];
+        ntfs_hex((const uint8_t *)session, n, hx);
+        if (snprintf(out, olen, "%sheads/%s", s->prefix, hx) < 0)
+                out[0] = 0;
+}
+
+/* Reads the remote head: 0 with *ret and etag, -NTFS_ENOREF when absent
+ * (*no_bucket set when the bucket itself is missing). */
+static int get_head(struct s3 *s, CURL *c, const char *session, ntfs_hash *ret, char *etag, size_t elen,
+                    bool *no_bucket, char *msg, size_t msglen) {
+        char key[1600];
+        head_key(s, session, key, sizeof key);
+        struct s3_resp r = { .body_max = 4096 };
+        int rc = s3_req(s, c, "GET", key, NULL, NULL, 0, NULL, &r, msg, msglen);
+        if (rc == 0) {
+                char code[64];
+                s3_code(&r, code, sizeof code);
+                if (no_bucket)
+                        *no_bucket = r.status == 404 && strcmp(code, "NoSuchBucket") == 0;
+                if (r.status == 404) {
+                        rc = -NTFS_ENOREF;
+                } else if (r.status != 200) {
+                        rc = s3_fail(s, "read head", &r, msg, msglen);
+                } else if (r.body.n < NTFS_HEX_LEN) {
+                        snprintf(msg, msglen, "remote '%s': head of '%s' is malformed", s->cfg->name, session);
+                        rc = -NTFS_ECORRUPT;
+                } else {
+                        char hx[NTFS_HEX_LEN + 1];
+                        memcpy(hx, r.body.p, NTFS_HEX_LEN);
+                        hx[NTFS_HEX_LEN] = 0;
+                        if (ntfs_unhex(hx, ret->b, NTFS_HASH_LEN) < 0) {
+                                snprintf(msg, msglen, "remote '%s': head of '%s' is malformed", s->cfg->name, session);
+                                rc = -NTFS_ECORRUPT;
+                        }
+                        snprintf(etag, elen, "%s", r.etag);
+                }
+        }
+        resp_free(&r);
+        return rc;
+}
+
+/* Lists keys under prefix pfx (full key prefix): calls cb(key). */
+static int list_keys(struct s3 *s, CURL *c, const char *pfx, int (*cb)(const char *key, void *), void *ud,
+                     char *msg, size_t msglen) {
+        char token[1024] = "";
+        _cleanup_free_ char *epfx = curl_easy_escape(c, pfx, 0);
+        if (!epfx)
+                return -ENOMEM;
+        for (int pages = 0; pages < MAX_KEYS / 1000; pages++) {
+                char q[2048];
+                if (token[0]) {
+                        _cleanup_free_ char *et = curl_easy_escape(c, token, 0);
+                        if (!et)
+                                return -ENOMEM;
+                        snprintf(q, sizeof q, "continuation-token=%s&list-type=2&prefix=%s", et, epfx);
+                } else {
+                        snprintf(q, sizeof q, "list-type=2&prefix=%s", epfx);
+                }
+                struct s3_resp r = { 0 };
+                int rc = s3_req(s, c, "GET", NULL, q, NULL, 0, NULL, &r, msg, msglen);
+                if (rc == 0 && r.status == 404) {
+                        resp_free(&r);
+                        return 0; /* no bucket: nothing listed */
+                }
+                if (rc == 0 && r.status != 200)
+                        rc = s3_fail(s, "list", &r, msg, msglen);
+                if (rc == 0 && buf_add(&r.body, "", 1) < 0)
+                        rc = -ENOMEM;
+                if (rc < 0) {
+                        resp_free(&r);
+                        return rc;
+                }
+                const char *b = (const char *)r.body.p;
+                for (const char *p = strstr(b, "<Key>"); p && rc == 0; p = strstr(p, "<Key>")) {
+                        p += 5;
+                        const char *e = strstr(p, "</Key>");
+                        if (!e)
+                                break;
+                        char k[1024];
+                        if ((size_t)(e - p) < sizeof k) {
+                                memcpy(k, p, (size_t)(e - p));
+                                k[e - p] = 0;
+                                rc = cb(k, ud);
+                        }
+                        p = e;
+                }
+                bool more = strstr(b, "<IsTruncated>true</IsTruncated>") != NULL;
+                token[0] = 0;
+                const char *t = strstr(b, "<NextContinuationToken>");
+                if (more && t) {
+                        t += 23;
+                        const char *e = strstr(t, "</NextContinuationToken>");
+                        if (e && (size_t)(e - t) < sizeof token) {
+                                memcpy(token, t, (size_t)(e - t));
+                                token[e - t] = 0;
+                        }
+                }
+                resp_free(&r);
+                if (rc < 0)
+                        return rc;
+                if (!more || !token[0])
+                        return 0;
+        }
+        return 0;
+}
+
+/* ---- the remote's indexes ------------------------------------------------------------------ */
+
+struct rindex {
+        struct hmap objs;         /* hash -> (pack number, offset, length) */
+        char (*packs)[NTFS_HEX_LEN + 1];
+        size_t npacks, cappacks;
+        struct s3 *s;
+        CURL *c;
+        char *msg;
+        size_t msglen;
+};
+
+static int idx_parse(struct rindex *ix, const uint8_t *p, size_t n, const char *name) {
+        if (n < 12 || memcmp(p, IDX_MAGIC, 8) != 0)
+                goto bad;
+        uint32_t np = ntfs_get_be32(p + 8);
+        size_t off = 12;
+        if (np > 1000000 || (n - off) / NTFS_HEX_LEN < np)
+                goto bad;
+        size_t base = ix->npacks;
+        if (ix->npacks + np > ix->cappacks) {
+                size_t nc = ix->cappacks ? ix->cappacks : 16;
+                while (nc < ix->npacks + np)
+                        nc *= 2;
+                void *nps = realloc(ix->packs, nc * sizeof *ix->packs);
+                if (!nps)
+                        return -ENOMEM;
+                ix->packs = nps;
+                ix->cappacks = nc;
+        }
+        for (uint32_t i = 0; i < np; i++, off += NTFS_HEX_LEN) {
+                memcpy(ix->packs[base + i], p + off, NTFS_HEX_LEN);
+                ix->packs[base + i][NTFS_HEX_LEN] = 0;
+                uint8_t tmp[NTFS_HASH_LEN];
+                if (ntfs_unhex(ix->packs[base + i], tmp, NTFS_HASH_LEN) < 0)
+                        goto bad;
+        }
+        ix->npacks += np;
+        if (n - off < 4)
+                goto bad;
+        uint32_t no = ntfs_get_be32(p + off);
+        off += 4;
+        if ((n - off) / 48 < no)
+                goto bad;
+        for (uint32_t i = 0; i < no; i++, off += 48) {
+                ntfs_hash h;
+                memcpy(h.b, p + off, NTFS_HASH_LEN);
+                struct loc l = { ntfs_get_be32(p + off + 32), ntfs_get_be64(p + off + 36), ntfs_get_be32(p + off + 44) };
+                if (l.pack >= np)
+                        goto bad;
+                l.pack += (uint32_t)base;
+                int r = hm_put(&ix->objs, &h, &l);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+bad:
+        snprintf(ix->msg, ix->msglen, "remote '%s': index %s is corrupt", ix->s->cfg->name, name);
+        return -NTFS_ECORRUPT;
+}
+
+static int idx_key_cb(const char *key, void *ud) {
+        struct rindex *ix = ud;
+        size_t kl = strlen(key);
+        if (kl < 4 || strcmp(key + kl - 4, ".idx") != 0)
+                return 0;
+        struct s3_resp r = { 0 };
+        int rc = s3_req(ix->s, ix->c, "GET", key, NULL, NULL, 0, NULL, &r, ix->msg, ix->msglen);
+        if (rc == 0 && r.status != 200)
+                rc = s3_fail(ix->s, key, &r, ix->msg, ix->msglen);
+        if (rc == 0) {
+                /* the name is the index's hash: verify it */
+                const char *base = strrchr(key, '/');
+                base = base ? base + 1 : key;
+                uint8_t sha[NTFS_HASH_LEN];
+                char hex[NTFS_HEX_LEN + 1];
+                ntfs_sha256(r.body.p ? (const void *)r.body.p : "", r.body.n, sha);
+                ntfs_hex(sha, NTFS_HASH_LEN, hex);
+                if (strlen(base) != NTFS_HEX_LEN + 4 || memcmp(base, hex, NTFS_HEX_LEN) != 0) {
+                        snprintf(ix->msg, ix->msglen, "remote '%s': index %s is corrupt (hash mismatch)",
+                                 ix->s->cfg->name, key);
+                        rc = -NTFS_ECORRUPT;
+                } else {
+                        rc = idx_parse(ix, r.body.p, r.body.n, key);
+                }
+        }
+        resp_free(&r);
+        return rc;
+}
+
+static int rindex_load(struct rindex *ix, struct s3 *s, CURL *c, char *msg, size_t msglen) {
+        *ix = (struct rindex){ .s = s, .c = c, .msg = msg, .msglen = msglen };
+        char pfx[600];
+        snprintf(pfx, sizeof pfx, "%sidx/", s->prefix);
+        return list_keys(s, c, pfx, idx_key_cb, ix, msg, msglen);
+}
+static void rindex_free(struct rindex *ix) {
+        hm_free(&ix->objs);
+        free(ix->packs);
+        ix->packs = NULL;
+}
+
+/* ---- push ----------------------------------------------------------------------------------- */
+
+struct uploader;
+struct job {
+        struct uploader *u;
+        struct buf pack;
+        char name[NTFS_HEX_LEN + 1];
+        pthread_t th;
+        int rc;
+        char msg[512];
+};
+struct uploader {
+        struct s3 *s;
+        struct job *jobs[NTFS_REMOTE_PARALLEL];
+        size_t njobs;
+        int rc;
+        char *msg;
+        size_t msglen;
+};
+
+static void *job_run(void *ud) {
+        struct job *j = ud;
+        struct s3 *s = j->u->s;
+        CURL *c = curl_easy_init();
+        if (!c) {
+                j->rc = -ENOMEM;
+                return NULL;
+        }
+        char key[700];
+        snprintf(key, sizeof key, "%spacks/%s.pack", s->prefix, j->name);
+        /* resume: a pack stored by an interrupted push is not sent again */
+        struct s3_resp h = { 0 };
+        j->rc = s3_req(s, c, "HEAD", key, NULL, NULL, 0, NULL, &h, j->msg, sizeof j->msg);
+        bool have = j->rc == 0 && h.status == 200;
+        resp_free(&h);
+        if (!have) {
+                struct s3_resp r = { .body_max = 1 << 20 };
+                j->rc = s3_req(s, c, "PUT", key, NULL, j->pack.p, j->pack.n, NULL, &r, j->msg, sizeof j->msg);
+                if (j->rc == 0 && r.status != 200)
+                        j->rc = s3_fail(s, "upload pack", &r, j->msg, sizeof j->msg);
+                resp_free(&r);
+        }
+        if (j->rc == 0)
+                j->rc = NTFS_FAULT("remote.pack"); /* tests: die after a pack is stored */
+        curl_easy_cleanup(c);
+        return NULL;
+}
+
+static int job_join(struct uploader *u, struct job *j) {
+        pthread_join(j->th, NULL);
+        if (j->rc < 0 && u->rc == 0) {
+                u->rc = j->rc;
+                snprintf(u->msg, u->msglen, "%s", j->msg);
+        }
+        buf_free(&j->pack);
+        free(j);
+        return u->rc;
+}
+
+static int uploader_send(struct uploader *u, struct buf *pack, char name[NTFS_HEX_LEN + 1]) {
+        if (u->njobs == NTFS_REMOTE_PARALLEL) {
+                job_join(u, u->jobs[0]);
+                memmove(u->jobs, u->jobs + 1, (u->njobs - 1) * sizeof *u->jobs);
+                u->njobs--;
+        }
+        if (u->rc < 0)
+                return u->rc;
+        struct job *j = calloc(1, sizeof *j);
+        if (!j)
+                return -ENOMEM;
+        j->u = u;
+        j->pack = *pack;
+        *pack = (struct buf){ 0 };
+        memcpy(j->name, name, NTFS_HEX_LEN + 1);
+        int r = pthread_create(&j->th, NULL, job_run, j);
+        if (r != 0) {
+                buf_free(&j->pack);
+                free(j);
+                return -r;
+        }
+        u->jobs[u->njobs++] = j;
+        return 0;
+}
+static int uploader_finish(struct uploader *u) {
+        for (size_t i = 0; i < u->njobs; i++)
+                job_join(u, u->jobs[i]);
+        u->njobs = 0;
+        return u->rc;
+}
+
+struct pushwalk {
+        struct rindex *remote;
+        struct uploader *up;
+        struct buf pack;         /* the pack being filled */
+        struct buf entries;      /* index entries of this push: hash, pack#, off, len */
+        struct buf packnames;    /* 64 hex each */
+        uint32_t npacks;
+        uint64_t nobjs;
+};
+
+static int flush_pack(struct pushwalk *w) {
+        if (w->pack.n <= 8)
+                return 0;
+        uint8_t sha[NTFS_HASH_LEN];
+        char name[NTFS_HEX_LEN + 1];
+        ntfs_sha256(w->pack.p, w->pack.n, sha);
+        ntfs_hex(sha, NTFS_HASH_LEN, name);
+        int r = buf_add(&w->packnames, name, NTFS_HEX_LEN);
+        if (r == 0)
+                r = uploader_send(w->up, &w->pack, name);
+        w->npacks++;
+        return r;
+}
+
+static int push_cb(const ntfs_hash *h, const void *data, size_t len, void *ud) {
+        struct pushwalk *w = ud;
+        if (hm_get(&w->remote->objs, h))
+                return 1; /* the remote has it and (invariant) all it refers to */
+        int r;
+        if (w->pack.n == 0 && (r = buf_add(&w->pack, PACK_MAGIC, 8)) < 0)
+                return r;
+        uint8_t hdr[36], ent[48];
+        memcpy(hdr, h->b, NTFS_HASH_LEN);
+        ntfs_put_be32(hdr + 32, (uint32_t)len);
+        if ((r = buf_add(&w->pack, hdr, sizeof hdr)) < 0)
+                return r;
+        memcpy(ent, h->b, NTFS_HASH_LEN);
+        ntfs_put_be32(ent + 32, w->npacks);
+        ntfs_put_be64(ent + 36, w->pack.n);
+        ntfs_put_be32(ent + 44, (uint32_t)len);
+        if ((r = buf_add(&w->pack, data, len)) < 0 || (r = buf_add(&w->entries, ent, sizeof ent)) < 0)
+                return r;
+        w->nobjs++;
+        if (w->pack.n >= NTFS_REMOTE_PACK_MAX && (r = flush_pack(w)) < 0)
+                return r;
+        return 0;
+}
+
+int ntfs_remote_is_ancestor(ntfs_store *st, const ntfs_hash *anc, const ntfs_hash *desc) {
+        struct hmap seen = { 0 };
+        struct buf q = { 0 };
+        int r = buf_add(&q, desc->b, NTFS_HASH_LEN), found = 0;
+        size_t at = 0;
+        while (r == 0 && !found && at < q.n) {
+                ntfs_hash h;
+                memcpy(h.b, q.p + at, NTFS_HASH_LEN);
+                at += NTFS_HASH_LEN;
+                if (memcmp(h.b, anc->b, NTFS_HASH_LEN) == 0) {
+                        found = 1;
+                        break;
+                }
+                if (hm_get(&seen, &h))
+                        continue;
+                if ((r = hm_put(&seen, &h, NULL)) < 0)
+                        break;
+                struct ntfs_commit_info ci;
+                if (ntfs_commit_get(st, &h, &ci) < 0)
+                        continue;
+                for (int i = 0; i < ci.nparents && r == 0; i++)
+                        r = buf_add(&q, ci.parents[i].b, NTFS_HASH_LEN);
+        }
+        hm_free(&seen);
+        buf_free(&q);
+        return r < 0 ? r : found;
+}
+
+/* Every ancestor of start (itself included) into set. */
+static int ancestors(ntfs_store *st, const ntfs_hash *start, struct hmap *set, struct buf *order) {
+        struct buf q = { 0 };
+        int r = buf_add(&q, start->b, NTFS_HASH_LEN);
+        for (size_t at = 0; r == 0 && at < q.n; at += NTFS_HASH_LEN) {
+                ntfs_hash h;
+                memcpy(h.b, q.p + at, NTFS_HASH_LEN);
+                if (hm_get(set, &h))
+                        continue;
+                if ((r = hm_put(set, &h, NULL)) < 0 || (order && (r = buf_add(order, h.b, NTFS_HASH_LEN)) < 0))
+                        break;
+                struct ntfs_commit_info ci;
+                if (ntfs_commit_get(st, &h, &ci) < 0)
+                        continue;
+                for (int i = 0; i < ci.nparents && r == 0; i++)
+                        r = buf_add(&q, ci.parents[i].b, NTFS_HASH_LEN);
+        }
+        buf_free(&q);
+        return r;
+}
+
+int ntfs_remote_merge_base(ntfs_store *st, const ntfs_hash *a, const ntfs_hash *b, ntfs_hash *ret) {
+        struct hmap sa = { 0 }, sb = { 0 };
+        struct buf order = { 0 };
+        int r = ancestors(st, a, &sa, NULL);
+        if (r == 0)
+                r = ancestors(st, b, &sb, &order);
+        if (r == 0) {
+                r = -NTFS_ENOREF;
+                for (size_t at = 0; at < order.n; at += NTFS_HASH_LEN) {
+                        ntfs_hash h;
+                        memcpy(h.b, order.p + at, NTFS_HASH_LEN);
+                        if (hm_get(&sa, &h)) {
+                                *ret = h;
+                                r = 0;
+                                break;
+                        }
+                }
+        }
+        hm_free(&sa);
+        hm_free(&sb);
+        buf_free(&order);
+        return r;
+}
+
+static int ensure_bucket(struct s3 *s, CURL *c, char *msg, size_t msglen) {
+        struct s3_resp r = { .body_max = 1 << 16 };
+        int rc = s3_req(s, c, "PUT", NULL, NULL, NULL, 0, NULL, &r, msg, msglen);
+        if (rc == 0 && r.status != 200 && r.status != 409)
+                rc = s3_fail(s, "create bucket", &r, msg, msglen);
+        resp_free(&r);
+        return rc;
+}
+
+int ntfs_remote_push(ntfs_store *st, const struct ntfs_remote_cfg *cfg, const char *session, const ntfs_hash *head,
+                     ntfs_hash *ret_old, struct ntfs_remote_stats *stats, char *msg, size_t msglen) {
+        pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+        struct ntfs_remote_stats dummy = { 0 };
+        struct s3 s;
+        int r = s3_init(&s, cfg, stats ? stats : &dummy, &lock, msg, msglen);
+        if (r < 0)
+                return r;
+        CURL *c = curl_easy_init();
+        if (!c) {
+                s3_done(&s);
+                return -ENOMEM;
+        }
+        ntfs_hash old = { { 0 } };
+        char etag[130] = "", cond[200];
+        bool no_bucket = false;
+        struct rindex ix = { 0 };
+        struct uploader up = { .s = &s, .msg = msg, .msglen = msglen };
+        struct pushwalk w = { .remote = &ix, .up = &up };
+
+        r = get_head(&s, c, session, &old, etag, sizeof etag, &no_bucket, msg, msglen);
+        if (r == -NTFS_ENOREF) {
+                r = no_bucket ? ensure_bucket(&s, c, msg, msglen) : 0;
+                snprintf(cond, sizeof cond, "If-None-Match: *");
+        } else if (r == 0) {
+                /* RGW 16 compares If-Match with the bare ETag (no quotes) */
+                const char *e = etag;
+                size_t el = strlen(e);
+                if (el >= 2 && e[0] == '"' && e[el - 1] == '"')
+                        e++, el -= 2;
+                snprintf(cond, sizeof cond, "If-Match: %.*s", (int)el, e);
+                if (memcmp(old.b, head->b, NTFS_HASH_LEN) == 0) {
+                        snprintf(msg, msglen, "up to date");
+                        goto out;
+                }
+                int a = ntfs_remote_is_ancestor(st, &old, head);
+                if (a == 0) {
+                        char hx[NTFS_HEX_LEN + 1];
+                        ntfs_hash_hex(&old, hx);
+                        snprintf(msg, msglen,
+                                 "remote '%s' has commits for '%s' that this session lacks (remote head %.12s): pull first",
+                                 cfg->name, session, hx);
+                        r = -NTFS_ECONFLICT;
+                }
+                if (a < 0)
+                        r = a;
+        }
+        if (r == 0)
+                r = rindex_load(&ix, &s, c, msg, msglen);
+        if (r == 0)
+                r = ntfs_object_walk(st, head, push_cb, &w);
+        if (r == 0)
+                r = flush_pack(&w);
+        int r2 = uploader_finish(&up);
+        if (r == 0)
+                r = r2;
+        if (r == 0 && w.nobjs > 0) {
+                /* the index of this push, after every pack it names */
+                struct buf idx = { 0 };
+                uint8_t n4[4];
+                r = buf_add(&idx, IDX_MAGIC, 8);
+                ntfs_put_be32(n4, w.npacks);
+                if (r == 0)
+                        r = buf_add(&idx, n4, 4);
+                if (r == 0)
+                        r = buf_add(&idx, w.packnames.p, w.packnames.n);
+                ntfs_put_be32(n4, (uint32_t)w.nobjs);
+                if (r == 0)
+                        r = buf_add(&idx, n4, 4);
+                if (r == 0)
+                        r = buf_add(&idx, w.entries.p, w.entries.n);
+                if (r == 0) {
+                        uint8_t sha[NTFS_HASH_LEN];
+                        char hx[NTFS_HEX_LEN + 1], key[700];
+                        ntfs_sha256(idx.p, idx.n, sha);
+                        ntfs_hex(sha, NTFS_HASH_LEN, hx);
+                        snprintf(key, sizeof key, "%sidx/%s.idx", s.prefix, hx);
+                        struct s3_resp rr = { .body_max = 1 << 16 };
+                        r = s3_req(&s, c, "PUT", key, NULL, idx.p, idx.n, NULL, &rr, msg, msglen);
+                        if (r == 0 && rr.status != 200)
+                                r = s3_fail(&s, "upload index", &rr, msg, msglen);
+                        resp_free(&rr);
+                }
+                buf_free(&idx);
+        }
+        if (r == 0) {
+                /* compare-and-swap of the head */
+                char key[1600], body[NTFS_HEX_LEN + 2];
+                head_key(&s, session, key, sizeof key);
+                ntfs_hash_hex(head, body);
+                body[NTFS_HEX_LEN] = '\n';
+                body[NTFS_HEX_LEN + 1] = 0;
+                struct s3_resp rr = { .body_max = 1 << 16 };
+                r = s3_req(&s, c, "PUT", key, NULL, body, NTFS_HEX_LEN + 1, cond, &rr, msg, msglen);
+                if (r == 0 && (rr.status == 412 || rr.status == 409)) {
+                        snprintf(msg, msglen, "remote '%s': '%s' moved while pushing (another push won): pull first",
+                                 cfg->name, session);
+                        r = -NTFS_ECONFLICT;
+                } else if (r == 0 && rr.status != 200) {
+                        r = s3_fail(&s, "move head", &rr, msg, msglen);
+                }
+                resp_free(&rr);
+        }
+        if (stats) {
+                stats->objects += w.nobjs;
+                stats->packs += w.npacks;
+        }
+out:
+        if (r == 0 && ret_old)
+                *ret_old = old;
+        buf_free(&w.pack);
+        buf_free(&w.entries);
+        buf_free(&w.packnames);
+        rindex_free(&ix);
+        curl_easy_cleanup(c);
+        s3_done(&s);
+        return r;
+}
+
+/* ---- fetch ---------------------------------------------------------------------------------- */
+
+static int push_ref(const ntfs_hash *rh, void *ud) {
+        return buf_add(ud, rh->b, NTFS_HASH_LEN);
+}
+
+struct staged {
+        ntfs_hash h;
+        uint8_t *data;
+        size_t len;
+};
+
+int ntfs_remote_fetch(ntfs_store *st, const struct ntfs_remote_cfg *cfg, const char *session, ntfs_hash *ret_head,
+                      struct ntfs_remote_stats *stats, char *msg, size_t msglen) {
+        pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+        struct ntfs_remote_stats dummy = { 0 };
+        struct s3 s;
+        int r = s3_init(&s, cfg, stats ? stats : &dummy, &lock, msg, msglen);
+        if (r < 0)
+                return r;
+        CURL *c = curl_easy_init();
+        if (!c) {
+                s3_done(&s);
+                return -ENOMEM;
+        }
+        ntfs_hash head;
+        char etag[130];
+        struct rindex ix = { 0 };
+        struct hmap seen = { 0 };
+        struct buf stack = { 0 };
+        struct staged *stg = NULL;
+        size_t nstg = 0, capstg = 0;
+        struct buf *packs = NULL; /* downloaded packs, by pack number */
+        bool *have_pack = NULL;
+
+        r = get_head(&s, c, session, &head, etag, sizeof etag, NULL, msg, msglen);
+        if (r == -NTFS_ENOREF)
+                snprintf(msg, msglen, "remote '%s' has no session '%s'", cfg->name, session);
+        if (r == 0)
+                r = rindex_load(&ix, &s, c, msg, msglen);
+        if (r == 0 && ix.npacks) {
+                packs = calloc(ix.npacks, sizeof *packs);
+                have_pack = calloc(ix.npacks, sizeof *have_pack);
+                if (!packs || !have_pack)
+                        r = -ENOMEM;
+        }
+        if (r == 0)
+                r = buf_add(&stack, head.b, NTFS_HASH_LEN);
+        /* Walk the remote closure; stop at objects st holds (the store's
+         * objects are closed under references: imports go children first). */
+        while (r == 0 && stack.n) {
+                ntfs_hash h;
+                stack.n -= NTFS_HASH_LEN;
+                memcpy(h.b, stack.p + stack.n, NTFS_HASH_LEN);
+                if (hm_get(&seen, &h))
+                        continue;
+                if ((r = hm_put(&seen, &h, NULL)) < 0)
+                        break;
+                int has = ntfs_object_has(st, &h);
+                if (has != 0) {
+                        r = has < 0 ? has : 0;
+                        continue;
+                }
+                char hx[NTFS_HEX_LEN + 1];
+                ntfs_hash_hex(&h, hx);
+                struct loc *l = hm_get(&ix.objs, &h);
+                if (!l) {
+                        snprintf(msg, msglen, "remote '%s': object %s is missing", cfg->name, hx);
+                        r = -NTFS_ECORRUPT;
+                        break;
+                }
+                if (!have_pack[l->pack]) {
+                        char key[700];
+                        snprintf(key, sizeof key, "%spacks/%s.pack", s.prefix, ix.packs[l->pack]);
+                        struct s3_resp rr = { .body_max = 4ull * NTFS_REMOTE_PACK_MAX };
+                        r = s3_req(&s, c, "GET", key, NULL, NULL, 0, NULL, &rr, msg, msglen);
+                        if (r == 0 && rr.status == 404) {
+                                snprintf(msg, msglen, "remote '%s': pack %s (holding object %s) is missing",
+                                         cfg->name, ix.packs[l->pack], hx);
+                                r = -NTFS_ECORRUPT;
+                        } else if (r == 0 && rr.status != 200) {
+                                r = s3_fail(&s, "download pack", &rr, msg, msglen);
+                        }
+                        if (r < 0) {
+                                resp_free(&rr);
+                                break;
+                        }
+                        packs[l->pack] = rr.body;
+                        have_pack[l->pack] = true;
+                        if (stats)
+                                stats->packs++;
+                }
+                const struct buf *pk = &packs[l->pack];
+                ntfs_hash got;
+                if (l->off > pk->n || l->len > pk->n - l->off) {
+                        snprintf(msg, msglen, "remote '%s': object %s is corrupt (outside pack %s)", cfg->name, hx,
+                                 ix.packs[l->pack]);
+                        r = -NTFS_ECORRUPT;
+                        break;
+                }
+                const uint8_t *data = pk->p + l->off;
+                ntfs_sha256(data, l->len, got.b);
+                if (memcmp(got.b, h.b, NTFS_HASH_LEN) != 0 || ntfs_object_refs(data, l->len, NULL, NULL) < 0) {
+                        snprintf(msg, msglen, "remote '%s': object %s is corrupt (in pack %s)", cfg->name, hx,
+                                 ix.packs[l->pack]);
+                        r = -NTFS_ECORRUPT;
+                        break;
+                }
+                if (nstg == capstg) {
+                        size_t nc = capstg ? capstg * 2 : 256;
+                        struct staged *ns = realloc(stg, nc * sizeof *ns);
+                        if (!ns) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        stg = ns, capstg = nc;
+                }
+                stg[nstg++] = (struct staged){ h, (uint8_t *)data, l->len };
+                /* children onto the stack */
+                r = ntfs_object_refs(data, l->len, push_ref, &stack);
+        }
+        /* Everything verified: import children before parents. */
+        for (size_t i = nstg; r == 0 && i-- > 0;) {
+                r = ntfs_object_put_verified(st, stg[i].data, stg[i].len, &stg[i].h);
+                if (r < 0)
+                        snprintf(msg, msglen, "importing object: %s", ntfs_strerror(r));
+        }
+        if (r == 0)
+                r = ntfs_store_flush(st, true);
+        if (stats)
+                stats->objects += nstg;
+        if (r == 0)
+                *ret_head = head;
+        for (size_t i = 0; packs && i < ix.npacks; i++)
+                buf_free(&packs[i]);
+        free(packs);
+        free(have_pack);
+        free(stg);
+        buf_free(&stack);
+        hm_free(&seen);
+        rindex_free(&ix);
+        curl_easy_cleanup(c);
+        s3_done(&s);
+        return r;
+}

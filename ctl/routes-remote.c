@@ -1,0 +1,417 @@
+/* SPDX-License-Identifier: MIT
+ * routes-remote.c — remotes (S3 buckets) and push/pull/clone (docs/remote.md).
+ *
+ *   POST   /v1/remotes                {name, url, access_key?, secret_key?, region?}
+ *   GET    /v1/remotes
+ *   DELETE /v1/remotes/{name}
+ *   POST   /v1/sessions/{name}/push   {remote?}
+ *   POST   /v1/sessions/{name}/pull   {remote?, merge?}
+ *   POST   /v1/clone                  {remote, session, name}
+ *
+ * Remotes live in STORE/remotes.json (mode 0600). Secret keys never leave
+ * the daemon: no response carries them, and they are given to the journal
+ * for redaction (with the gateway's secrets).
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "ctl/daemon.h"
+#include "ctl/merge.h"
+#include "ctl/remote.h"
+#include "common/banned.h"
+
+#define MAX_REMOTES 32
+
+static pthread_mutex_t rlock = PTHREAD_MUTEX_INITIALIZER;
+static struct ntfs_remote_cfg remotes[MAX_REMOTES];
+static size_t nremotes;
+
+static int cfg_path(char *out, size_t olen) {
+        int n = snprintf(out, olen, "%s/remotes.json", D.store_dir);
+        return n < 0 || (size_t)n >= olen ? -ENAMETOOLONG : 0;
+}
+
+/* Journal redaction: the gateway's secrets plus every remote's. Lock held. */
+static void update_secrets(void) {
+        const char *list[NTFS_JOURNAL_MAX_SECRETS + 1];
+        size_t n = 0;
+        const char *const *gs = D.gw ? ntfs_gateway_secrets(D.gw) : NULL;
+        for (size_t i = 0; gs && gs[i] && n < NTFS_JOURNAL_MAX_SECRETS; i++)
+                list[n++] = gs[i];
+        for (size_t i = 0; i < nremotes && n < NTFS_JOURNAL_MAX_SECRETS; i++)
+                if (strlen(remotes[i].secret_key) >= 4)
+                        list[n++] = remotes[i].secret_key;
+        list[n] = NULL;
+        if (D.j && ntfs_journal_set_secrets(D.j, list) < 0)
+                log_warn("remote: could not give the journal the secrets to redact");
+}
+
+static int save_locked(void) {
+        json_t *arr = json_array();
+        for (size_t i = 0; arr && i < nremotes; i++)
+                json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s,s:s}", "name", remotes[i].name, "url",
+                                                     remotes[i].url, "access_key", remotes[i].access_key,
+                                                     "secret_key", remotes[i].secret_key, "region",
+                                                     remotes[i].region));
+        if (!arr)
+                return -ENOMEM;
+        _cleanup_free_ char *s = json_dumps(arr, JSON_COMPACT);
+        json_decref(arr);
+        if (!s)
+                return -ENOMEM;
+        char p[4096];
+        int r = cfg_path(p, sizeof p);
+        if (r == 0)
+                r = ntfs_write_file_durable(p, s, strlen(s), 0600);
+        explicit_bzero(s, strlen(s));
+        return r;
+}
+
+static void copy_str(char *dst, size_t dl, const char *src) {
+        snprintf(dst, dl, "%s", src ? src : "");
+}
+
+static int load(void) {
+        char p[4096];
+        int r = cfg_path(p, sizeof p);
+        if (r < 0)
+                return r;
+        _cleanup_free_ char *s = NULL;
+        size_t len = 0;
+        r = ntfs_read_file(p, 1 << 20, &s, &len);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return r;
+        json_t *arr = json_loadb(s, len, 0, NULL);
+        explicit_bzero(s, len);
+        if (!json_is_array(arr)) {
+                json_decref(arr);
+                return -NTFS_EBADFORMAT;
+        }
+        size_t i;
+        json_t *o;
+        json_array_foreach(arr, i, o) {
+                if (nremotes >= MAX_REMOTES)
+                        break;
+                struct ntfs_remote_cfg *c = &remotes[nremotes];
+                copy_str(c->name, sizeof c->name, d_jstr(o, "name"));
+                copy_str(c->url, sizeof c->url, d_jstr(o, "url"));
+                copy_str(c->access_key, sizeof c->access_key, d_jstr(o, "access_key"));
+                copy_str(c->secret_key, sizeof c->secret_key, d_jstr(o, "secret_key"));
+                copy_str(c->region, sizeof c->region, d_jstr(o, "region"));
+                if (ntfs_name_valid(c->name))
+                        nremotes++;
+        }
+        json_decref(arr);
+        return 0;
+}
+
+static json_t *remote_json(const struct ntfs_remote_cfg *c) {
+        return json_pack("{s:s,s:s,s:s,s:b}", "name", c->name, "url", c->url, "region",
+                         c->region[0] ? c->region : "us-east-1", "credentials", c->access_key[0] != 0);
+}
+
+/* Copies the remote called name (NULL: the only one) into *ret. */
+static int find(const char *name, struct ntfs_remote_cfg *ret) {
+        int r = -NTFS_ENOTFOUND;
+        pthread_mutex_lock(&rlock);
+        for (size_t i = 0; i < nremotes; i++)
+                if (name ? strcmp(remotes[i].name, name) == 0 : nremotes == 1) {
+                        *ret = remotes[i];
+                        r = 0;
+                        break;
+                }
+        pthread_mutex_unlock(&rlock);
+        return r;
+}
+
+static int h_add(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
+        (void)ud;
+        static const char *const keys[] = { "name", "url", "access_key", "secret_key", "region", NULL };
+        const char *name, *url, *ak = NULL, *sk = NULL, *region = NULL;
+        int r;
+        if ((r = d_check_keys(req, resp, keys)) < 0 || (r = d_want_string(req, resp, "name", true, &name)) < 0 ||
+            (r = d_want_string(req, resp, "url", true, &url)) < 0 ||
+            (r = d_want_string(req, resp, "access_key", false, &ak)) < 0 ||
+            (r = d_want_string(req, resp, "secret_key", false, &sk)) < 0 ||
+            (r = d_want_string(req, resp, "region", false, &region)) < 0)
+                return r;
+        if (!ntfs_name_valid(name))
+                return ntfs_http_error(resp, -NTFS_EINVALNAME, "invalid remote name");
+        char e[512], b[256], p[512];
+        if (strlen(url) >= sizeof remotes[0].url || ntfs_remote_parse_url(url, e, sizeof e, b, sizeof b, p, sizeof p) < 0)
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "bad remote URL (want http[s]://host[:port]/bucket[/prefix])");
+        if ((ak && strlen(ak) >= sizeof remotes[0].access_key) || (sk && strlen(sk) >= sizeof remotes[0].secret_key) ||
+            (region && strlen(region) >= sizeof remotes[0].region) || (!ak != !sk))
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "give both access_key and secret_key (each < 256 bytes)");
+        if (sk && strlen(sk) < 4)
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "secret_key too short");
+        pthread_mutex_lock(&rlock);
+        size_t i;
+        for (i = 0; i < nremotes; i++)
+                if (strcmp(remotes[i].name, name) == 0)
+                        break;
+        if (i < nremotes || nremotes == MAX_REMOTES) {
+                pthread_mutex_unlock(&rlock);
+                return ntfs_http_error(resp, i < nremotes ? -NTFS_ECONFLICT : -NTFS_EQUOTA,
+                                       i < nremotes ? "remote '%s' exists" : "too many remotes", name);
+        }
+        struct ntfs_remote_cfg *c = &remotes[nremotes++];
+        *c = (struct ntfs_remote_cfg){ 0 };
+        copy_str(c->name, sizeof c->name, name);
+        copy_str(c->url, sizeof c->url, url);
+        copy_str(c->access_key, sizeof c->access_key, ak);
+        copy_str(c->secret_key, sizeof c->secret_key, sk);
+        copy_str(c->region, sizeof c->region, region);
+        r = save_locked();
+        if (r < 0)
+                nremotes--;
+        update_secrets();
+        json_t *o = r < 0 ? NULL : remote_json(c);
+        pthread_mutex_unlock(&rlock);
+        if (r < 0)
+                return d_fail(resp, r, "saving remotes");
+        return d_reply(resp, 201, o);
+}
+
+static int h_list(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
+        (void)ud, (void)req;
+        json_t *arr = json_array();
+        pthread_mutex_lock(&rlock);
+        for (size_t i = 0; arr && i < nremotes; i++)
+                json_array_append_new(arr, remote_json(&remotes[i]));
+        pthread_mutex_unlock(&rlock);
+        return d_reply(resp, 200, arr ? json_pack("{s:o}", "remotes", arr) : NULL);
+}
+
+static int h_del(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
+        (void)ud;
+        const char *name = d_param(req, "name");
+        pthread_mutex_lock(&rlock);
+        size_t i;
+        for (i = 0; i < nremotes; i++)
+                if (strcmp(remotes[i].name, name) == 0)
+                        break;
+        int r = -NTFS_ENOTFOUND;
+        if (i < nremotes) {
+                struct ntfs_remote_cfg gone = remotes[i];
+                memmove(&remotes[i], &remotes[i + 1], (nremotes - i - 1) * sizeof remotes[0]);
+                nremotes--;
+                r = save_locked();
+                if (r < 0)
+                        remotes[nremotes++] = gone; /* order changes; content kept */
+                explicit_bzero(&gone, sizeof gone);
+                update_secrets();
+        }
+        pthread_mutex_unlock(&rlock);
+        if (r == -NTFS_ENOTFOUND)
+                return ntfs_http_error(resp, r, "no remote '%s'", name);
+        if (r < 0)
+                return d_fail(resp, r, "saving remotes");
+        return d_reply(resp, 200, json_pack("{s:s}", "removed", name));
+}
+
+static json_t *stats_json(json_t *o, const struct ntfs_remote_stats *s) {
+        if (o)
+                json_object_set_new(o, "transfer",
+                                    json_pack("{s:I,s:I,s:I,s:I,s:I}", "requests", (json_int_t)s->requests,
+                                              "bytes_sent", (json_int_t)s->bytes_sent, "bytes_received",
+                                              (json_int_t)s->bytes_received, "objects", (json_int_t)s->objects,
+                                              "packs", (json_int_t)s->packs));
+        return o;
+}
+
+static int pick_remote(const ntfs_http_request *req, ntfs_http_response *resp, const char *key,
+                       struct ntfs_remote_cfg *cfg) {
+        const char *rn = NULL;
+        int r = d_want_string(req, resp, key, false, &rn);
+        if (r < 0)
+                return r;
+        if (find(rn, cfg) < 0)
+                return ntfs_http_error(resp, -NTFS_ENOTFOUND, rn ? "no remote '%s'" : "%s",
+                                       rn ? rn : "name the remote (there is not exactly one)");
+        return 0;
+}
+
+static int h_push(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
+        (void)ud;
+        static const char *const keys[] = { "remote", NULL };
+        const char *name = d_param(req, "name");
+        struct ntfs_remote_cfg cfg;
+        int r;
+        if ((r = d_check_keys(req, resp, keys)) < 0 || (r = pick_remote(req, resp, "remote", &cfg)) < 0)
+                return r;
+        ntfs_hash head, old;
+        bool changed;
+        if ((r = d_checkpoint(name, "before push", NULL, &head, &changed)) < 0)
+                return d_fail(resp, r, name);
+        struct ntfs_remote_stats st = { 0 };
+        char msg[1024] = "", rname[NTFS_NAME_MAX + 1];
+        copy_str(rname, sizeof rname, cfg.name);
+        r = ntfs_remote_push(D.st, &cfg, name, &head, &old, &st, msg, sizeof msg);
+        explicit_bzero(&cfg, sizeof cfg);
+        if (r < 0)
+                return ntfs_http_error(resp, r, "%s", msg[0] ? msg : ntfs_strerror(r));
+        json_t *o = d_commit_json(&head, "head");
+        if (o) {
+                json_object_set_new(o, "session", json_string(name));
+                json_object_set_new(o, "remote", json_string(rname));
+                json_object_set_new(o, "up_to_date", json_boolean(strcmp(msg, "up to date") == 0));
+        }
+        return d_reply(resp, 200, stats_json(o, &st));
+}
+
+/* Three-way merge of the remote head (theirs) with the local head (ours);
+ * on success *local is the merge commit and the session points at it. */
+static int merge_remote(ntfs_http_response *resp, const char *name, const char *rname, ntfs_hash *local,
+                        const ntfs_hash *rhead) {
+        static unsigned long seq;
+        ntfs_hash base;
+        int r = ntfs_remote_merge_base(D.st, local, rhead, &base);
+        if (r < 0)
+                return ntfs_http_error(resp, -NTFS_ECONFLICT, "'%s' and remote '%s' share no history", name, rname);
+        char scratch[NTFS_NAME_MAX + 1], msg[512];
+        snprintf(scratch, sizeof scratch, "%sremote-%d-%lu", NTFS_MERGE_SCRATCH_PREFIX, (int)getpid(),
+                 __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED));
+        snprintf(msg, sizeof msg, "merge remote '%s' into '%s'", rname, name);
+        struct ntfs_merge_result res = { 0 };
+        if ((r = ntfs_merge3(D.st, &base, rhead, local, scratch, msg, &res)) < 0)
+                return d_fail(resp, r, "merge");
+        if (res.nconflicts > 0) {
+                r = ntfs_http_error(resp, -NTFS_ECONFLICT, "merge with remote '%s': %zu conflicts (first: %s, %s)",
+                                    rname, res.nconflicts, res.conflicts[0].path, res.conflicts[0].reason);
+                ntfs_merge_result_release(&res);
+                return r;
+        }
+        char hx[NTFS_HEX_LEN + 1];
+        ntfs_hash_hex(&res.commit, hx);
+        ntfs_merge_result_release(&res);
+        if ((r = ntfs_rollback(D.st, name, hx, -1, local)) < 0)
+                return d_fail(resp, r, "merge");
+        return 0;
+}
+
+static int h_pull(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
+        (void)ud;
+        static const char *const keys[] = { "remote", "merge", NULL };
+        const char *name = d_param(req, "name");
+        struct ntfs_remote_cfg cfg;
+        int r;
+        if ((r = d_check_keys(req, resp, keys)) < 0 || (r = pick_remote(req, resp, "remote", &cfg)) < 0)
+                return r;
+        json_t *jm = json_object_get(req->json, "merge");
+        if (jm && !json_is_boolean(jm))
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "'merge' must be a boolean");
+        bool merge = jm && json_is_true(jm);
+        char rname[NTFS_NAME_MAX + 1];
+        copy_str(rname, sizeof rname, cfg.name);
+        ntfs_hash local, rhead;
+        bool changed;
+        if ((r = d_checkpoint(name, "before pull", NULL, &local, &changed)) < 0)
+                return d_fail(resp, r, name);
+        struct ntfs_remote_stats st = { 0 };
+        char msg[1024] = "";
+        r = ntfs_remote_fetch(D.st, &cfg, name, &rhead, &st, msg, sizeof msg);
+        explicit_bzero(&cfg, sizeof cfg);
+        if (r < 0)
+                return ntfs_http_error(resp, r, "%s", msg[0] ? msg : ntfs_strerror(r));
+        const char *result;
+        if (memcmp(local.b, rhead.b, NTFS_HASH_LEN) == 0) {
+                result = "up_to_date";
+        } else if ((r = ntfs_remote_is_ancestor(D.st, &rhead, &local)) == 1) {
+                result = "ahead";
+        } else if (r == 0 && (r = ntfs_remote_is_ancestor(D.st, &local, &rhead)) == 1) {
+                char hx[NTFS_HEX_LEN + 1];
+                ntfs_hash_hex(&rhead, hx);
+                if ((r = ntfs_rollback(D.st, name, hx, -1, &local)) < 0)
+                        return d_fail(resp, r, "fast-forward");
+                result = "fast_forward";
+        } else if (r == 0 && !merge) {
+                return ntfs_http_error(resp, -NTFS_ECONFLICT,
+                                       "'%s' and remote '%s' have diverged: pull with merge (--merge)", name, rname);
+        } else if (r == 0) {
+                if ((r = merge_remote(resp, name, rname, &local, &rhead)) < 0)
+                        return r;
+                result = "merged";
+        } else {
+                return d_fail(resp, r, "pull");
+        }
+        json_t *o = d_commit_json(&local, "head");
+        if (o) {
+                json_object_set_new(o, "session", json_string(name));
+                json_object_set_new(o, "remote", json_string(rname));
+                json_object_set_new(o, "result", json_string(result));
+        }
+        return d_reply(resp, 200, stats_json(o, &st));
+}
+
+static int h_clone(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
+        (void)ud;
+        static const char *const keys[] = { "remote", "session", "name", NULL };
+        const char *sess, *newname;
+        struct ntfs_remote_cfg cfg;
+        int r;
+        if ((r = d_check_keys(req, resp, keys)) < 0 || (r = d_want_string(req, resp, "session", true, &sess)) < 0 ||
+            (r = d_want_string(req, resp, "name", true, &newname)) < 0 ||
+            (r = pick_remote(req, resp, "remote", &cfg)) < 0)
+                return r;
+        if (!ntfs_name_valid(newname) || !ntfs_name_valid(sess))
+                return ntfs_http_error(resp, -NTFS_EINVALNAME, "invalid session name");
+        struct ntfs_session_info si;
+        if (ntfs_session_get(D.st, newname, &si) == 0)
+                return ntfs_http_error(resp, -NTFS_ESESSEXISTS, "session '%s' exists", newname);
+        char rname[NTFS_NAME_MAX + 1];
+        copy_str(rname, sizeof rname, cfg.name);
+        ntfs_hash rhead, h;
+        struct ntfs_remote_stats st = { 0 };
+        char msg[1024] = "";
+        r = ntfs_remote_fetch(D.st, &cfg, sess, &rhead, &st, msg, sizeof msg);
+        explicit_bzero(&cfg, sizeof cfg);
+        if (r < 0)
+                return ntfs_http_error(resp, r, "%s", msg[0] ? msg : ntfs_strerror(r));
+        char hx[NTFS_HEX_LEN + 1];
+        ntfs_hash_hex(&rhead, hx);
+        if ((r = ntfs_session_create(D.st, newname, hx, &h)) < 0)
+                return d_fail(resp, r, newname);
+        json_t *o = d_commit_json(&h, "head");
+        if (o) {
+                json_object_set_new(o, "name", json_string(newname));
+                json_object_set_new(o, "remote", json_string(rname));
+                json_object_set_new(o, "session", json_string(sess));
+        }
+        return d_reply(resp, 201, stats_json(o, &st));
+}
+
+int routes_remote_register(ntfs_router *rt) {
+        pthread_mutex_lock(&rlock);
+        int r = load();
+        if (r < 0)
+                log_warn("remote: cannot read remotes.json: %s", ntfs_strerror(r));
+        update_secrets();
+        pthread_mutex_unlock(&rlock);
+        static const struct {
+                const char *pattern;
+                ntfs_http_handler h;
+        } routes[] = {
+                { "POST /v1/remotes", h_add },
+                { "GET /v1/remotes", h_list },
+                { "DELETE /v1/remotes/{name}", h_del },
+                { "POST /v1/sessions/{name}/push", h_push },
+                { "POST /v1/sessions/{name}/pull", h_pull },
+                { "POST /v1/clone", h_clone },
+        };
+        for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+                if ((r = ntfs_router_add(rt, routes[i].pattern, routes[i].h, 0)) < 0)
+                        return r;
+        return 0;
+}

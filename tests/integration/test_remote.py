@@ -1,0 +1,318 @@
+# SPDX-License-Identifier: MIT
+"""Remotes on S3 (docs/remote.md) against a real single-node Ceph RADOS Gateway
+started once for this module (tests/helpers/ceph/start.sh, memstore), stopped
+in teardown. Two ntfsd daemons with separate stores stand for two machines.
+"""
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+
+import pytest
+
+from conftest import lazy_unmount, mounts_under
+from ctl_fixtures import Daemon
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CEPH = os.path.join(HERE, "..", "helpers", "ceph")
+RGW_PORT = int(os.environ.get("NTFS_TEST_RGW_PORT", "27480"))
+MON_PORT = int(os.environ.get("NTFS_TEST_MON_PORT", "23300"))
+
+
+@pytest.fixture(scope="module")
+def s3():
+    for b in ("ceph-mon", "ceph-osd", "radosgw"):
+        if shutil.which(b) is None:
+            pytest.skip(f"{b} is not installed (scripts/setup.sh installs ceph-mon ceph-osd radosgw)")
+    d = tempfile.mkdtemp(prefix="ntfs-ceph-", dir="/tmp")
+    env = dict(os.environ, RGW_PORT=str(RGW_PORT), MON_PORT=str(MON_PORT))
+    try:
+        p = subprocess.run([os.path.join(CEPH, "start.sh"), d], env=env, capture_output=True, text=True,
+                           timeout=180)
+        assert p.returncode == 0, f"ceph did not start:\n{p.stdout}\n{p.stderr}"
+        vals = {}
+        with open(os.path.join(d, "env")) as f:
+            for line in f:
+                k, _, v = line.replace("export ", "").strip().partition("=")
+                vals[k] = v
+        vals["DIR"] = d
+        yield vals
+    finally:
+        subprocess.run([os.path.join(CEPH, "stop.sh"), d], env=dict(env, FAST="1"), timeout=120)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+class Machine:
+    """One ntfsd with its own store, a remote 'origin' and a mount of 'main'."""
+
+    def __init__(self, s3, bucket, secret=None):
+        self.scratch = tempfile.mkdtemp(prefix="ntfs-remote-", dir="/tmp")
+        os.chmod(self.scratch, 0o755)
+        self.d = Daemon(self.scratch)
+        # the CLI, with the secret in the environment (not on the command line)
+        self.d.ok("remote", "add", "origin", f"{s3['S3_ENDPOINT']}/{bucket}", "--access-key", s3["S3_ACCESS_KEY"],
+                  "--region", s3["S3_REGION"], env={"NTFS_S3_SECRET_KEY": secret or s3["S3_SECRET_KEY"]})
+        self.mp = os.path.join(self.scratch, "ws")
+        os.mkdir(self.mp)
+
+    def mount(self, session="main"):
+        self.d.ok("mount", session, self.mp)
+
+    def write(self, rel, data):
+        p = os.path.join(self.mp, rel)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "wb") as f:
+            f.write(data)
+
+    def read(self, rel):
+        with open(os.path.join(self.mp, rel), "rb") as f:
+            return f.read()
+
+    def tree_digest(self):
+        h = hashlib.sha256()
+        for root, dirs, files in os.walk(self.mp):
+            dirs.sort()
+            for n in sorted(files):
+                p = os.path.join(root, n)
+                with open(p, "rb") as f:
+                    h.update(os.path.relpath(p, self.mp).encode() + b"\0" + hashlib.sha256(f.read()).digest())
+        return h.hexdigest()
+
+    def head(self, session="main"):
+        r = self.d.http("GET", f"/v1/sessions/{session}")
+        assert r.status == 200, r
+        return r.json["head"]
+
+    def push(self, session="main"):
+        return self.d.http("POST", f"/v1/sessions/{session}/push", {"remote": "origin"}, timeout=120)
+
+    def pull(self, session="main", merge=False):
+        return self.d.http("POST", f"/v1/sessions/{session}/pull", {"remote": "origin", "merge": merge},
+                           timeout=120)
+
+    def close(self):
+        try:
+            self.d.stop()
+            errs = self.d.sanitizer_errors()
+            assert not errs, "sanitizer reports in ntfsd's log:\n" + "\n".join(errs)
+        finally:
+            lazy_unmount(self.scratch)
+            if not mounts_under(self.scratch):
+                shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+@pytest.fixture
+def machines(s3, request):
+    made = []
+
+    def make(bucket, secret=None):
+        m = Machine(s3, bucket, secret)
+        made.append(m)
+        return m
+    yield make
+    for m in made:
+        m.close()
+
+
+def s3_secret_absent(text):
+    return "testsecret" not in text
+
+
+def test_push_clone_change_push_pull(machines):
+    a = machines("rt-bucket")
+    a.d.ok("session", "new", "main")
+    a.mount()
+    a.write("README", b"hello\n")
+    a.write("src/big.bin", os.urandom(300 * 1024))  # several chunks
+    for i in range(50):
+        a.write(f"many/f{i}", f"file {i}\n".encode())
+    r = a.push()
+    assert r.status == 200, r
+    t = r.json["transfer"]
+    assert t["objects"] > 50 and t["packs"] == 1, t  # packed: one pack for ~60 objects
+    assert t["requests"] < 12, t
+
+    # the remote never returns the secret
+    ls = a.d.http("GET", "/v1/remotes")
+    assert ls.status == 200 and a.d.http("GET", "/v1/remotes").body.find(b"testsecret") < 0
+    assert ls.json["remotes"][0]["credentials"] is True
+
+    assert "origin" in a.d.ok("remote", "ls") and s3_secret_absent(a.d.ok("remote", "ls"))
+
+    b = machines("rt-bucket")
+    j = b.d.jok("clone", "origin/main", "main")
+    assert j["head"] == a.head()
+    b.mount()
+    assert b.tree_digest() == a.tree_digest()
+    b.write("README", b"hello from b\n")
+    b.write("new.txt", b"new\n")
+    r = b.push()
+    assert r.status == 200, r
+
+    # a second push of nothing new: up to date, a request or two
+    r2 = b.push()
+    assert r2.status == 200 and r2.json["up_to_date"] is True, r2
+
+    out = a.d.ok("pull", "main", "origin")
+    assert "fast_forward" in out, out
+    assert a.head() == b.head()
+    assert a.read("README") == b"hello from b\n"
+    assert a.tree_digest() == b.tree_digest()
+    a.d.fsck_clean()
+    b.d.fsck_clean()
+
+
+def test_concurrent_pushes_one_wins_loser_pulls(machines):
+    a = machines("race-bucket")
+    a.d.ok("session", "new", "main")
+    a.mount()
+    a.write("base.txt", b"base\n")
+    assert a.push().status == 200
+    b = machines("race-bucket")
+    assert b.d.http("POST", "/v1/clone", {"remote": "origin", "session": "main", "name": "main"}).status == 201
+    b.mount()
+    a.write("a.txt", b"from a\n")
+    b.write("b.txt", b"from b\n")
+    a.d.ok("checkpoint", "main", "-m", "a")
+    b.d.ok("checkpoint", "main", "-m", "b")
+    res = {}
+
+    def go(name, m):
+        res[name] = m.push()
+    ts = [threading.Thread(target=go, args=(n, m)) for n, m in (("a", a), ("b", b))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    statuses = sorted(r.status for r in res.values())
+    assert statuses == [200, 409], res
+    loser = a if res["a"].status == 409 else b
+    winner = b if loser is a else a
+    assert "pull" in res["a" if loser is a else "b"].json["error"]["message"]
+    r = loser.pull()
+    assert r.status == 409, r  # diverged: needs --merge
+    r = loser.pull(merge=True)
+    assert r.status == 200 and r.json["result"] == "merged", r
+    r = loser.push()
+    assert r.status == 200, r
+    r = winner.pull()
+    assert r.status == 200 and r.json["result"] == "fast_forward", r
+    assert winner.head() == loser.head()
+    for m in (a, b):
+        assert m.read("a.txt") == b"from a\n" and m.read("b.txt") == b"from b\n"
+    assert a.tree_digest() == b.tree_digest()
+
+
+def test_wrong_secret_is_an_authentication_error(machines):
+    m = machines("auth-bucket", secret="not-the-right-secret-000000000000000000")
+    m.d.ok("session", "new", "main")
+    r = m.push()
+    assert r.status != 200, r
+    assert "authentication failed" in r.json["error"]["message"], r
+    assert "not-the-right-secret" not in r.body.decode(errors="replace")
+
+
+def test_corrupt_object_in_bucket_is_named_and_nothing_applied(machines, s3):
+    a = machines("corrupt-bucket")
+    a.d.ok("session", "new", "main")
+    a.mount()
+    a.write("data.txt", b"precious\n" * 100)
+    assert a.push().status == 200
+    # flip one byte near the end of the pack (inside the last object) with curl's SigV4
+    url = f"{s3['S3_ENDPOINT']}/corrupt-bucket"
+    auth = ["--aws-sigv4", f"aws:amz:{s3['S3_REGION']}:s3", "--user", f"{s3['S3_ACCESS_KEY']}:{s3['S3_SECRET_KEY']}",
+            "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"]
+    ls = subprocess.run(["curl", "-sf", *auth, f"{url}?list-type=2&prefix=packs%2F"], capture_output=True, text=True)
+    assert ls.returncode == 0, ls.stderr
+    key = ls.stdout.split("<Key>")[1].split("</Key>")[0]
+    pack = subprocess.run(["curl", "-sf", *auth, f"{url}/{key}"], capture_output=True).stdout
+    bad = bytearray(pack)
+    bad[-3] ^= 0xFF
+    p = os.path.join(a.scratch, "bad.pack")
+    with open(p, "wb") as f:
+        f.write(bytes(bad))
+    up = subprocess.run(["curl", "-sf", *auth, "-T", p, f"{url}/{key}"], capture_output=True, text=True)
+    assert up.returncode == 0, up.stderr
+
+    b = machines("corrupt-bucket")
+    r = b.d.http("POST", "/v1/clone", {"remote": "origin", "session": "main", "name": "main"})
+    assert r.status != 201, r
+    msg = r.json["error"]["message"]
+    assert "corrupt" in msg and "object " in msg, msg
+    # the message names the object by its full hash
+    assert any(len(w) == 64 and all(c in "0123456789abcdef" for c in w) for w in msg.split()), msg
+    assert b.d.http("GET", "/v1/sessions/main").status == 404
+    b.d.fsck_clean()
+
+
+def _rgw_pid(s3):
+    with open(os.path.join(s3["DIR"], "run", "client.rgw.a.pid")) as f:
+        return int(f.read().strip())
+
+
+def _rgw_restart(s3):
+    conf = os.path.join(s3["DIR"], "ceph.conf")
+    subprocess.run(["radosgw", "-c", conf, "-n", "client.rgw.a"], check=True, timeout=60)
+    import time
+    import urllib.request
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(s3["S3_ENDPOINT"] + "/", timeout=2)
+            return
+        except Exception as e:  # 403 etc. still means it answers
+            if getattr(e, "code", None):
+                return
+            time.sleep(0.1)
+    raise AssertionError("radosgw did not come back")
+
+
+def test_interrupted_push_resumes_and_gateway_down_is_clean(machines, s3):
+    a = machines("fault-bucket")
+    a.d.ok("session", "new", "main")
+    a.mount()
+    for i in range(3):  # ~3 packs of 8 MiB
+        a.write(f"blob{i}", os.urandom(8 * 1024 * 1024))
+    a.d.ok("checkpoint", "main")
+
+    # the gateway is down: a clear upstream error, nothing at the remote
+    import signal
+    os.kill(_rgw_pid(s3), signal.SIGKILL)
+    try:
+        r = a.push()
+        assert r.status != 200 and "origin" in r.json["error"]["message"], r
+    finally:
+        _rgw_restart(s3)
+
+    # the pusher dies after its 1st pack is stored: no head at the remote
+    a.d.ok("umount", a.mp)
+    a.d.stop()
+    env_old = os.environ.get("NTFS_FAULT")
+    os.environ["NTFS_FAULT"] = "remote.pack:1:crash"
+    try:
+        a.d = Daemon(a.scratch)
+    finally:
+        if env_old is None:
+            del os.environ["NTFS_FAULT"]
+        else:
+            os.environ["NTFS_FAULT"] = env_old
+    try:
+        a.push()
+    except OSError:
+        pass  # the daemon died mid-request
+    a.d.proc.wait(timeout=30)
+    b = machines("fault-bucket")
+    r = b.d.http("POST", "/v1/clone", {"remote": "origin", "session": "main", "name": "main"})
+    assert r.status == 404 and r.json["error"]["code"] == "ref_not_found", r
+
+    # restarted (the remote's config survived), the push resumes: stored packs are not sent again
+    a.d.stop()
+    a.d = Daemon(a.scratch)
+    r = a.push()
+    assert r.status == 200, r
+    assert r.json["transfer"]["bytes_sent"] < 24 * 1024 * 1024 - 7 * 1024 * 1024, r.json
+    r = b.d.http("POST", "/v1/clone", {"remote": "origin", "session": "main", "name": "main"}, timeout=120)
+    assert r.status == 201 and r.json["head"] == a.head(), r
+    b.d.fsck_clean()
