@@ -32,7 +32,7 @@ void ntfs_hex(const uint8_t *in, size_t len, char *out) {
         out[2 * len] = 0;
 }
 
-static int hexval(char c) {
+int ntfs_hexval(char c) {
         if (c >= '0' && c <= '9')
                 return c - '0';
         if (c >= 'a' && c <= 'f')
@@ -44,10 +44,10 @@ static int hexval(char c) {
 
 int ntfs_unhex(const char *in, uint8_t *out, size_t len) {
         for (size_t i = 0; i < len; i++) {
-                int hi = hexval(in[2 * i]);
+                int hi = ntfs_hexval(in[2 * i]);
                 if (hi < 0)
                         return -EINVAL;
-                int lo = hexval(in[2 * i + 1]);
+                int lo = ntfs_hexval(in[2 * i + 1]);
                 if (lo < 0)
                         return -EINVAL;
                 out[i] = (uint8_t)(hi << 4 | lo);

@@ -16,6 +16,8 @@
 void ntfs_sha256(const void *buf, size_t len, uint8_t out[NTFS_HASH_LEN]);
 /* out must hold 2*len+1 bytes. */
 void ntfs_hex(const uint8_t *in, size_t len, char *out);
+/* The value of one hex digit (either case), or -1. */
+int ntfs_hexval(char c);
 /* Parses exactly 2*len hex digits; -EINVAL otherwise. */
 int ntfs_unhex(const char *in, uint8_t *out, size_t len);
 

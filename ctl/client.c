@@ -343,3 +343,16 @@ int ntfs_client_escape(const char *segment, char *buf, size_t len) {
         buf[o] = 0;
         return (int)o;
 }
+
+const char *ntfs_client_default_socket(char *buf, size_t len) {
+        const char *s = getenv("NTFS_SOCKET");
+        if (s && *s)
+                return s;
+        const char *store = getenv("NTFS_STORE");
+        if (store && *store) {
+                int n = snprintf(buf, len, "%s/ntfsd.sock", store);
+                if (n > 0 && (size_t)n < len)
+                        return buf;
+        }
+        return "./.store/ntfsd.sock";
+}

@@ -34,6 +34,10 @@ struct ntfs_client_response {
         char content_type[128];
 };
 
+/* The socket programs use when not told: $NTFS_SOCKET, else
+ * $NTFS_STORE/ntfsd.sock, else ./.store/ntfsd.sock (ntfsd's defaults).
+ * Returns the environment's string, buf, or a literal. */
+const char *ntfs_client_default_socket(char *buf, size_t len);
 int ntfs_client_new(const char *socket_path, ntfs_client **ret);
 void ntfs_client_free(ntfs_client *c);
 /* Whole-request timeout (0 = none). Default 60 s. */

@@ -2661,19 +2661,6 @@ static enum parse_result parse_args(struct ctx *c, const struct cmd *cmd, int ar
         return PARSE_OK;
 }
 
-static const char *default_socket(char *buf, size_t len) {
-        const char *s = getenv("NTFS_SOCKET");
-        if (s && *s)
-                return s;
-        const char *store = getenv("NTFS_STORE");
-        if (store && *store) {
-                int n = snprintf(buf, len, "%s/ntfsd.sock", store);
-                if (n > 0 && (size_t)n < len)
-                        return buf;
-        }
-        return "./.store/ntfsd.sock";
-}
-
 static int run(int argc, char **argv) {
         struct ctx c = { 0 };
         char sockbuf[PATH_MAX];
@@ -2745,7 +2732,7 @@ static int run(int argc, char **argv) {
                 break;
         }
         if (!c.socket)
-                c.socket = default_socket(sockbuf, sizeof sockbuf);
+                c.socket = ntfs_client_default_socket(sockbuf, sizeof sockbuf);
         int r = cmd->run(&c, cmd, &a);
         ntfs_client_free(c.client);
         return r;

@@ -1069,19 +1069,6 @@ static void *signal_thread(void *arg) {
 
 /* ---- main ------------------------------------------------------------------------------ */
 
-static const char *default_socket(char *buf, size_t len) {
-        const char *s = getenv("NTFS_SOCKET");
-        if (s && *s)
-                return s;
-        const char *store = getenv("NTFS_STORE");
-        if (store && *store) {
-                int n = snprintf(buf, len, "%s/ntfsd.sock", store);
-                if (n > 0 && (size_t)n < len)
-                        return buf;
-        }
-        return "./.store/ntfsd.sock";
-}
-
 static void usage(FILE *f) {
         fprintf(f,
                 "usage: ntfs-mcp --session NAME [--create] [--socket PATH] [--max-line BYTES]\n"
@@ -1204,7 +1191,7 @@ int main(int argc, char **argv) {
                 return 2;
         }
         if (!S.socket)
-                S.socket = default_socket(sockbuf, sizeof sockbuf);
+                S.socket = ntfs_client_default_socket(sockbuf, sizeof sockbuf);
         signal(SIGPIPE, SIG_IGN); /* a closed stdout is seen as EPIPE */
         /* SIGTERM, SIGINT, SIGHUP go to signal_thread only (blocked before
          * any other thread exists, so every thread inherits the mask). */

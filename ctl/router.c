@@ -8,6 +8,7 @@
 
 #include "common/cleanup.h"
 #include "common/err.h"
+#include "common/util.h"
 #include "common/banned.h"
 
 enum seg_kind { SEG_WILD = 0, SEG_PARAM = 1, SEG_LITERAL = 2 };
@@ -178,16 +179,6 @@ int ntfs_router_add(ntfs_router *r, const char *pattern, ntfs_http_handler handl
         return 0;
 }
 
-static int hexval(char c) {
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -1;
-}
-
 int ntfs_http_percent_decode(const char *src, size_t len, char *dst, size_t dstlen, bool plus_is_space) {
         size_t o = 0;
         for (size_t i = 0; i < len; i++) {
@@ -195,7 +186,7 @@ int ntfs_http_percent_decode(const char *src, size_t len, char *dst, size_t dstl
                 if (c == '%') {
                         if (len - i < 3)
                                 return -EINVAL;
-                        int hi = hexval(src[i + 1]), lo = hexval(src[i + 2]);
+                        int hi = ntfs_hexval(src[i + 1]), lo = ntfs_hexval(src[i + 2]);
                         if (hi < 0 || lo < 0)
                                 return -EINVAL;
                         c = (char)(hi * 16 + lo);

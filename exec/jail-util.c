@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/cleanup.h"
+#include "common/util.h"
 #include "common/banned.h"
 
 /* ---- jbuf ---------------------------------------------------------------- */
@@ -137,16 +138,6 @@ bool jail_env_name_valid(const char *s, size_t len) {
         return true;
 }
 
-static int hexv(char c) {
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -1;
-}
-
 /* Decodes an escaped field of length n into a new NUL-terminated string.
  * A decoded NUL is refused (values and paths cannot hold one). */
 static int unescape(const char *s, size_t n, char **ret) {
@@ -159,7 +150,7 @@ static int unescape(const char *s, size_t n, char **ret) {
                 if (c == '\\') {
                         if (n - i < 4 || s[i + 1] != 'x')
                                 return -EINVAL;
-                        int hi = hexv(s[i + 2]), lo = hexv(s[i + 3]);
+                        int hi = ntfs_hexval(s[i + 2]), lo = ntfs_hexval(s[i + 3]);
                         if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
                                 return -EINVAL;
                         out[o++] = (char)(hi << 4 | lo);
