@@ -862,7 +862,23 @@ int ntfs_remote_push(ntfs_store *st, const struct ntfs_remote_cfg *cfg, const ch
                                  cfg->name, session);
                         r = -NTFS_ECONFLICT;
                 } else if (r == 0 && rr.status != 200) {
-                        r = s3_fail(&s, "move head", &rr, msg, msglen);
+                        /* RGW answers a conditional PUT that lost a race with
+                         * 500 as well as 412: read the head back to decide. */
+                        ntfs_hash now;
+                        char etag2[130];
+                        bool nb = false;
+                        char m2[256];
+                        int g = get_head(&s, c, session, &now, etag2, sizeof etag2, &nb, m2, sizeof m2);
+                        if (g == 0 && memcmp(now.b, head->b, NTFS_HASH_LEN) == 0) {
+                                r = 0; /* our write landed */
+                        } else if (g == 0 && memcmp(now.b, old.b, NTFS_HASH_LEN) != 0) {
+                                snprintf(msg, msglen,
+                                         "remote '%s': '%s' moved while pushing (another push won): pull first",
+                                         cfg->name, session);
+                                r = -NTFS_ECONFLICT;
+                        } else {
+                                r = s3_fail(&s, "move head", &rr, msg, msglen);
+                        }
                 }
                 resp_free(&rr);
         }
