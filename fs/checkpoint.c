@@ -565,7 +565,7 @@ int ntfs_checkpoint(ntfs_store *st, const char *name, const char *message, const
                 r = ws_serialize(st, sr.wsid, &head.links, &root, &links);
         if (r == 0 && (r = commit_load(st, &sr.head, &head)) == 0 && !same_state(&root, &links, &head)) {
                 changed = true;
-                r = store_make_commit(st, &root, &links, &sr.head, message, effect, name, sr.bytes,
+                r = store_make_commit(st, &root, &links, &sr.head, NULL, message, effect, name, sr.bytes,
                                       sr.inodes, &id);
                 if (r == 0)
                         r = NTFS_FAULT("store.checkpoint.objects");
@@ -585,13 +585,7 @@ int ntfs_checkpoint(ntfs_store *st, const char *name, const char *message, const
         }
         /* A new commit is made durable before returning; an unchanged
          * checkpoint returns the head, which already is. */
-        if (r == 0)
-                r = store_commit_locked(st, changed);
-        else if (st->txn) {
-                /* keep the store as it was before this call */
-                mdb_txn_abort(st->txn);
-                st->txn = NULL;
-        }
+        r = store_finish(st, r, changed);
         store_leave(st);
         if (r == 0) {
                 *ret = id;
@@ -621,31 +615,9 @@ int ntfs_checkpoint_merge(ntfs_store *st, const char *name, const char *message,
                 r = commit_load(st, &sr.head, &head);
         if (r == 0)
                 r = ws_serialize(st, sr.wsid, &head.links, &root, &links);
-        if (r == 0) {
-                struct commit_obj c = { 0 };
-                c.root = root;
-                c.root.name = "";
-                c.root.namelen = 0;
-                c.root.h = 0;
-                c.root.linkid = 0;
-                c.links = links;
-                c.parents[0] = sr.head;
-                c.parents[1] = *second_parent;
-                c.nparents = 2;
-                c.time_ns = ntfs_now_ns();
-                c.bytes = sr.bytes;
-                c.inodes = sr.inodes;
-                c.message = message ? message : "merge";
-                c.message_len = (uint16_t)strnlen(c.message, 1000);
-                c.effect = "";
-                c.session = name;
-                c.session_len = (uint16_t)strnlen(name, NTFS_NAME_MAX);
-                _cleanup_free_ uint8_t *buf = NULL;
-                size_t len;
-                r = commit_encode(&c, &buf, &len);
-                if (r == 0)
-                        r = obj_put(st, buf, len, &id);
-        }
+        if (r == 0)
+                r = store_make_commit(st, &root, &links, &sr.head, second_parent, message ? message : "merge", NULL,
+                                      name, sr.bytes, sr.inodes, &id);
         if (r == 0)
                 r = NTFS_FAULT("store.checkpoint.merge");
         if (r == 0)
@@ -655,12 +627,7 @@ int ntfs_checkpoint_merge(ntfs_store *st, const char *name, const char *message,
                 sr.flags &= ~1u;
                 r = sess_put(st, name, &sr);
         }
-        if (r == 0)
-                r = store_commit_locked(st, true);
-        else if (st->txn) {
-                mdb_txn_abort(st->txn);
-                st->txn = NULL;
-        }
+        r = store_finish(st, r, true);
         store_leave(st);
         if (r == 0)
                 *ret = id;
@@ -741,7 +708,7 @@ static int fork_locked(ntfs_store *st, const char *src, const char *newname, ntf
                 } else {
                         char msg[NTFS_NAME_MAX + 64];
                         snprintf(msg, sizeof msg, "fork of %s (uncommitted state)", src);
-                        if ((r = store_make_commit(st, &root, &links, &sr.head, msg, NULL, newname, sr.bytes,
+                        if ((r = store_make_commit(st, &root, &links, &sr.head, NULL, msg, NULL, newname, sr.bytes,
                                                    sr.inodes, &base)) < 0)
                                 return r;
                         sr.flags |= 1; /* src's working state now differs from its head */
@@ -768,16 +735,6 @@ static int fork_locked(ntfs_store *st, const char *src, const char *newname, ntf
         return 0;
 }
 
-static int finish_ref_change(ntfs_store *st, int r) {
-        if (r == 0)
-                r = store_commit_locked(st, true);
-        else if (st->txn) {
-                mdb_txn_abort(st->txn);
-                st->txn = NULL;
-        }
-        return r;
-}
-
 int ntfs_fork(ntfs_store *st, const char *src, const char *newname, ntfs_hash *ret_head) {
         if (!src || !*src)
                 return -NTFS_EINVALNAME;
@@ -788,7 +745,7 @@ int ntfs_fork(ntfs_store *st, const char *src, const char *newname, ntfs_hash *r
         r = store_fresh_txn(st);
         if (r == 0)
                 r = fork_locked(st, src, newname, &h);
-        r = finish_ref_change(st, r);
+        r = store_finish(st, r, true);
         store_leave(st);
         if (r == 0 && ret_head)
                 *ret_head = h;
@@ -810,11 +767,11 @@ int ntfs_session_create(ntfs_store *st, const char *name, const char *from, ntfs
                 struct tree_entry root = { .mode = S_IFDIR | 0755, .nlink = 2, .mtime = ntfs_now_ns() };
                 r = obj_put(st, empty, sizeof empty, &root.content);
                 if (r == 0)
-                        r = store_make_commit(st, &root, NULL, NULL, "session created", NULL, name, 0, 1, &h);
+                        r = store_make_commit(st, &root, NULL, NULL, NULL, "session created", NULL, name, 0, 1, &h);
                 if (r == 0)
                         r = new_session_at(st, name, &h, "create");
         }
-        r = finish_ref_change(st, r);
+        r = store_finish(st, r, true);
         store_leave(st);
         if (r == 0 && ret_head)
                 *ret_head = h;
@@ -882,7 +839,7 @@ int ntfs_rollback(ntfs_store *st, const char *name, const char *to, int steps, n
                 r = NTFS_FAULT("store.rollback");
         if (r == 0)
                 r = ws_replace_state(st, name, &sr, &target);
-        r = finish_ref_change(st, r);
+        r = store_finish(st, r, true);
         if (r == 0) {
                 for (ntfs_ws *w = st->wss; w; w = w->next)
                         if (w->session && strcmp(w->session, name) == 0 && w->wsid == old_wsid) {

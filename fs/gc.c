@@ -286,12 +286,7 @@ int ntfs_gc(ntfs_store *st, const ntfs_hash *extra_roots, size_t n_extra, struct
                                 r = lmdb_err(rc);
                 }
         }
-        if (r == 0)
-                r = store_commit_locked(st, true);
-        else if (st->txn) {
-                mdb_txn_abort(st->txn);
-                st->txn = NULL;
-        }
+        r = store_finish(st, r, true);
         store_leave(st);
         walk_release(&w);
         if (r == 0 && ret)

@@ -190,9 +190,14 @@ int sess_put(ntfs_store *st, const char *name, const struct sess_rec *r);
 int reflog_append(ntfs_store *st, const char *name, struct sess_rec *r, const ntfs_hash *old_head,
                   const ntfs_hash *new_head, const char *op);
 int commit_load(ntfs_store *st, const ntfs_hash *id, struct commit_obj *ret);
+/* Encodes and stores a commit; parent and parent2 may be NULL (or zero). */
 int store_make_commit(ntfs_store *st, const struct tree_entry *root, const ntfs_hash *links,
-                      const ntfs_hash *parent, const char *msg, const char *effect, const char *session,
-                      uint64_t bytes, uint64_t inodes, ntfs_hash *ret);
+                      const ntfs_hash *parent, const ntfs_hash *parent2, const char *msg, const char *effect,
+                      const char *session, uint64_t bytes, uint64_t inodes, ntfs_hash *ret);
+/* Ends an operation's writes: on success commits the batch (durably when
+ * asked) and returns its result; on failure aborts the batch so the store
+ * is as it was (callers began with store_fresh_txn) and returns r. */
+int store_finish(ntfs_store *st, int r, bool durable);
 int resolve_locked(ntfs_store *st, const char *ref, ntfs_hash *ret, char *ambig, size_t ambig_len);
 uint64_t wsid_alloc(ntfs_store *st);
 /* Marks a working state for deletion (done lazily). */

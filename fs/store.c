@@ -976,9 +976,9 @@ int ntfs_session_set_quota(ntfs_store *st, const char *name, uint64_t bytes, uin
         return r;
 }
 
-static int make_commit(ntfs_store *st, const struct tree_entry *root, const ntfs_hash *links,
-                       const ntfs_hash *parent, const char *msg, const char *effect, const char *session,
-                       uint64_t bytes, uint64_t inodes, ntfs_hash *ret) {
+int store_make_commit(ntfs_store *st, const struct tree_entry *root, const ntfs_hash *links,
+                      const ntfs_hash *parent, const ntfs_hash *parent2, const char *msg, const char *effect,
+                      const char *session, uint64_t bytes, uint64_t inodes, ntfs_hash *ret) {
         struct commit_obj c = { 0 };
         c.root = *root;
         c.root.name = "";
@@ -987,10 +987,10 @@ static int make_commit(ntfs_store *st, const struct tree_entry *root, const ntfs
         c.root.linkid = 0;
         if (links)
                 c.links = *links;
-        if (parent && !ntfs_hash_is_zero(parent)) {
-                c.parents[0] = *parent;
-                c.nparents = 1;
-        }
+        if (parent && !ntfs_hash_is_zero(parent))
+                c.parents[c.nparents++] = *parent;
+        if (parent2 && !ntfs_hash_is_zero(parent2))
+                c.parents[c.nparents++] = *parent2;
         c.time_ns = ntfs_now_ns();
         c.bytes = bytes;
         c.inodes = inodes;
@@ -1008,10 +1008,14 @@ static int make_commit(ntfs_store *st, const struct tree_entry *root, const ntfs
         return obj_put(st, buf, len, ret);
 }
 
-int store_make_commit(ntfs_store *st, const struct tree_entry *root, const ntfs_hash *links,
-                      const ntfs_hash *parent, const char *msg, const char *effect, const char *session,
-                      uint64_t bytes, uint64_t inodes, ntfs_hash *ret) {
-        return make_commit(st, root, links, parent, msg, effect, session, bytes, inodes, ret);
+int store_finish(ntfs_store *st, int r, bool durable) {
+        if (r == 0)
+                return store_commit_locked(st, durable);
+        if (st->txn) {
+                mdb_txn_abort(st->txn);
+                st->txn = NULL;
+        }
+        return r;
 }
 
 int ntfs_session_end(ntfs_store *st, const char *name) {
