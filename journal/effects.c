@@ -118,12 +118,12 @@ int ntfs_journal_effect_begin(ntfs_journal *j, const struct ntfs_effect_intent *
         int r;
         if (!j || !in || !in->input_json)
                 return -EINVAL;
-        if ((r = jr_check_name(in->session)) < 0)
+        if ((r = jr_check_name(j, in->session)) < 0)
                 return r;
-        if (jr_check_label(in->tool) < 0 || !ntfs_effect_class_valid(in->effect_class) ||
+        if (jr_check_label(j, in->tool) < 0 || !ntfs_effect_class_valid(in->effect_class) ||
             !jr_commit_valid(in->commit_before) || in->step > INT64_MAX)
                 return -EINVAL;
-        if (in->idempotency_key && jr_check_label(in->idempotency_key) < 0)
+        if (in->idempotency_key && jr_check_label(j, in->idempotency_key) < 0)
                 return -EINVAL;
         char derived[NTFS_HEX_LEN + 1];
         const char *key = in->idempotency_key;

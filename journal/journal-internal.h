@@ -116,8 +116,11 @@ int jr_col_strdup(sqlite3_stmt *s, int i, char **ret);
 
 /* Validation. */
 bool jr_commit_valid(const char *c); /* NULL or 64 lowercase hex */
-int jr_check_name(const char *name); /* 0 or -NTFS_EINVALNAME */
-int jr_check_label(const char *s);   /* 1..255 bytes, no control chars; -EINVAL */
+/* Names and labels are stored as given (they are keys), so one that contains
+ * a configured secret is refused rather than redacted: the journal's database
+ * never holds a secret (j may be NULL: no secret check). */
+int jr_check_name(ntfs_journal *j, const char *name); /* 0 or -NTFS_EINVALNAME */
+int jr_check_label(ntfs_journal *j, const char *s);   /* 1..255 bytes, no control chars; -EINVAL */
 
 /* Redaction and normalization (caller holds the lock: reads j->secrets).
  * jr_json_normalize: parses json (any value), replaces secrets in every string

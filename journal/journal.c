@@ -336,12 +336,16 @@ bool jr_commit_valid(const char *c) {
         return true;
 }
 
-int jr_check_name(const char *name) {
-        return name && ntfs_name_valid(name) ? 0 : -NTFS_EINVALNAME;
+static bool has_secret_locked(ntfs_journal *j, const char *s);
+
+int jr_check_name(ntfs_journal *j, const char *name) {
+        if (!name || !ntfs_name_valid(name))
+                return -NTFS_EINVALNAME;
+        return has_secret_locked(j, name) ? -NTFS_EINVALNAME : 0;
 }
 
-int jr_check_label(const char *s) {
-        if (!s)
+int jr_check_label(ntfs_journal *j, const char *s) {
+        if (!s || has_secret_locked(j, s))
                 return -EINVAL;
         size_t n = strnlen(s, NTFS_JOURNAL_MAX_KEY + 1);
         if (n == 0 || n > NTFS_JOURNAL_MAX_KEY)
@@ -416,6 +420,15 @@ static bool has_secret(ntfs_journal *j, const char *s) {
                 if (strstr(s, j->secrets[i]))
                         return true;
         return false;
+}
+
+/* For the name checks, which run before the caller takes the lock; the
+ * secrets may be replaced at any time (ntfs_journal_set_secrets). */
+static bool has_secret_locked(ntfs_journal *j, const char *s) {
+        if (!j)
+                return false;
+        _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
+        return has_secret(j, s);
 }
 
 static int redact_value(ntfs_journal *j, json_t *v) {
@@ -759,7 +772,7 @@ void ntfs_journal_close(ntfs_journal *j) {
 /* ---- meta ---------------------------------------------------------------- */
 
 int ntfs_journal_meta_set(ntfs_journal *j, const char *key, const char *value) {
-        if (!j || jr_check_label(key) < 0 || !value)
+        if (!j || jr_check_label(j, key) < 0 || !value)
                 return -EINVAL;
         if (strnlen(value, (size_t)NTFS_JOURNAL_MAX_JSON + 1) > NTFS_JOURNAL_MAX_JSON)
                 return -NTFS_ETOOLARGE;
@@ -778,7 +791,7 @@ int ntfs_journal_meta_set(ntfs_journal *j, const char *key, const char *value) {
 }
 
 int ntfs_journal_meta_get(ntfs_journal *j, const char *key, char **ret) {
-        if (!j || jr_check_label(key) < 0 || !ret)
+        if (!j || jr_check_label(j, key) < 0 || !ret)
                 return -EINVAL;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         _cleanup_stmt_ sqlite3_stmt *s = NULL;
@@ -795,7 +808,7 @@ int ntfs_journal_meta_get(ntfs_journal *j, const char *key, char **ret) {
 /* ---- pins and GC roots --------------------------------------------------- */
 
 static int pin_write(ntfs_journal *j, enum jr_stmt id, const char *commit, const char *owner) {
-        if (!j || !commit || !jr_commit_valid(commit) || jr_check_label(owner) < 0)
+        if (!j || !commit || !jr_commit_valid(commit) || jr_check_label(j, owner) < 0)
                 return -EINVAL;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         _cleanup_txn_ struct jr_txn t = {};

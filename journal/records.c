@@ -88,7 +88,7 @@ int ntfs_journal_session_create(ntfs_journal *j, const char *name, int64_t uid, 
         int r;
         if (!j)
                 return -EINVAL;
-        if ((r = jr_check_name(name)) < 0)
+        if ((r = jr_check_name(j, name)) < 0)
                 return r;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         _cleanup_free_ char *meta = NULL;
@@ -113,7 +113,7 @@ int ntfs_journal_session_end(ntfs_journal *j, const char *name) {
         int r;
         if (!j)
                 return -EINVAL;
-        if ((r = jr_check_name(name)) < 0)
+        if ((r = jr_check_name(j, name)) < 0)
                 return r;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         _cleanup_txn_ struct jr_txn t = {};
@@ -134,7 +134,7 @@ int ntfs_journal_session_get(ntfs_journal *j, const char *name, struct ntfs_jses
         int r;
         if (!j || !ret)
                 return -EINVAL;
-        if ((r = jr_check_name(name)) < 0)
+        if ((r = jr_check_name(j, name)) < 0)
                 return r;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         _cleanup_stmt_ sqlite3_stmt *s = NULL;
@@ -174,7 +174,7 @@ int ntfs_journal_state_save(ntfs_journal *j, const char *session, uint64_t step,
         int r;
         if (!j || !messages_json || step > INT64_MAX || !jr_commit_valid(commit))
                 return -EINVAL;
-        if ((r = jr_check_name(session)) < 0)
+        if ((r = jr_check_name(j, session)) < 0)
                 return r;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         _cleanup_free_ char *msgs = NULL;
@@ -201,7 +201,7 @@ int ntfs_journal_state_load(ntfs_journal *j, const char *session, bool latest, u
         int r;
         if (!j || !ret || step > INT64_MAX)
                 return -EINVAL;
-        if ((r = jr_check_name(session)) < 0)
+        if ((r = jr_check_name(j, session)) < 0)
                 return r;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         if ((r = jr_session_exists(j, session)) <= 0)
@@ -266,9 +266,9 @@ int ntfs_journal_snapshot_add(ntfs_journal *j, const char *snapshot_id, const ch
         int r;
         if (!j || !commit || !jr_commit_valid(commit) || step > INT64_MAX || size_bytes > INT64_MAX)
                 return -EINVAL;
-        if (snapshot_id && jr_check_label(snapshot_id) < 0)
+        if (snapshot_id && jr_check_label(j, snapshot_id) < 0)
                 return -EINVAL;
-        if ((r = jr_check_name(session)) < 0)
+        if ((r = jr_check_name(j, session)) < 0)
                 return r;
         char gen[33];
         if (!snapshot_id) {
@@ -303,7 +303,7 @@ int ntfs_journal_snapshot_add(ntfs_journal *j, const char *snapshot_id, const ch
 
 int ntfs_journal_snapshot_get(ntfs_journal *j, const char *snapshot_id, struct ntfs_snapshot *ret) {
         int r;
-        if (!j || !ret || jr_check_label(snapshot_id) < 0)
+        if (!j || !ret || jr_check_label(j, snapshot_id) < 0)
                 return -EINVAL;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         _cleanup_stmt_ sqlite3_stmt *s = NULL;
@@ -320,7 +320,7 @@ int ntfs_journal_snapshot_list(ntfs_journal *j, const char *session, struct ntfs
         int r;
         if (!j || !ret || !ret_n)
                 return -EINVAL;
-        if (session && (r = jr_check_name(session)) < 0)
+        if (session && (r = jr_check_name(j, session)) < 0)
                 return r;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         _cleanup_stmt_ sqlite3_stmt *s = NULL;
@@ -395,7 +395,7 @@ int ntfs_journal_trunk_init(ntfs_journal *j, const char *name, const char *commi
         int r;
         if (!j || !commit || !jr_commit_valid(commit))
                 return -EINVAL;
-        if ((r = jr_check_name(name)) < 0)
+        if ((r = jr_check_name(j, name)) < 0)
                 return r;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         _cleanup_txn_ struct jr_txn t = {};
@@ -411,7 +411,7 @@ int ntfs_journal_trunk_get(ntfs_journal *j, const char *name, uint64_t version,
         int r;
         if (!j || !ret || version > INT64_MAX)
                 return -EINVAL;
-        if ((r = jr_check_name(name)) < 0)
+        if ((r = jr_check_name(j, name)) < 0)
                 return r;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         if (version == 0) {
@@ -436,9 +436,9 @@ int ntfs_journal_trunk_advance(ntfs_journal *j, const char *name, uint64_t expec
         if (!j || !new_commit || !jr_commit_valid(new_commit) || expected_version == 0 ||
             expected_version >= INT64_MAX)
                 return -EINVAL;
-        if ((r = jr_check_name(name)) < 0)
+        if ((r = jr_check_name(j, name)) < 0)
                 return r;
-        if (merged_from && (r = jr_check_name(merged_from)) < 0)
+        if (merged_from && (r = jr_check_name(j, merged_from)) < 0)
                 return r;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         _cleanup_txn_ struct jr_txn t = {};
@@ -468,7 +468,7 @@ int ntfs_journal_trunk_list(ntfs_journal *j, const char *name, struct ntfs_trunk
         int r;
         if (!j || !ret || !ret_n)
                 return -EINVAL;
-        if (name && (r = jr_check_name(name)) < 0)
+        if (name && (r = jr_check_name(j, name)) < 0)
                 return r;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         _cleanup_stmt_ sqlite3_stmt *s = NULL;
@@ -550,7 +550,7 @@ int ntfs_journal_fork_create(ntfs_journal *j, const char *session, const char *t
         int r;
         if (!j || base_version == 0 || base_version > INT64_MAX)
                 return -EINVAL;
-        if ((r = jr_check_name(session)) < 0 || (r = jr_check_name(trunk)) < 0)
+        if ((r = jr_check_name(j, session)) < 0 || (r = jr_check_name(j, trunk)) < 0)
                 return r;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         _cleanup_txn_ struct jr_txn t = {};
@@ -578,7 +578,7 @@ int ntfs_journal_fork_get(ntfs_journal *j, const char *session, struct ntfs_fork
         int r;
         if (!j || !ret)
                 return -EINVAL;
-        if ((r = jr_check_name(session)) < 0)
+        if ((r = jr_check_name(j, session)) < 0)
                 return r;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         r = fork_lookup(j, session, ret);
@@ -590,7 +590,7 @@ int ntfs_journal_fork_list(ntfs_journal *j, const char *trunk, bool active_only,
         int r;
         if (!j || !ret || !ret_n)
                 return -EINVAL;
-        if (trunk && (r = jr_check_name(trunk)) < 0)
+        if (trunk && (r = jr_check_name(j, trunk)) < 0)
                 return r;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         _cleanup_stmt_ sqlite3_stmt *s = NULL;
@@ -605,7 +605,7 @@ int ntfs_journal_fork_set_status(ntfs_journal *j, const char *session, enum ntfs
         int r;
         if (!j || !ntfs_fork_status_to_string(status) || new_base > INT64_MAX)
                 return -EINVAL;
-        if ((r = jr_check_name(session)) < 0)
+        if ((r = jr_check_name(j, session)) < 0)
                 return r;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         _cleanup_txn_ struct jr_txn t = {};
@@ -653,9 +653,9 @@ static int quota_read(ntfs_journal *j, const char *session, const char *counter,
 int ntfs_journal_quota_add(ntfs_journal *j, const char *session, const char *counter, int64_t delta,
                            int64_t limit, int64_t *ret_new) {
         int r;
-        if (!j || jr_check_label(counter) < 0)
+        if (!j || jr_check_label(j, counter) < 0)
                 return -EINVAL;
-        if ((r = jr_check_name(session)) < 0)
+        if ((r = jr_check_name(j, session)) < 0)
                 return r;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         _cleanup_txn_ struct jr_txn t = {};
@@ -684,9 +684,9 @@ int ntfs_journal_quota_add(ntfs_journal *j, const char *session, const char *cou
 
 int ntfs_journal_quota_get(ntfs_journal *j, const char *session, const char *counter, int64_t *ret) {
         int r;
-        if (!j || !ret || jr_check_label(counter) < 0)
+        if (!j || !ret || jr_check_label(j, counter) < 0)
                 return -EINVAL;
-        if ((r = jr_check_name(session)) < 0)
+        if ((r = jr_check_name(j, session)) < 0)
                 return r;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         return quota_read(j, session, counter, ret);
@@ -696,7 +696,7 @@ int ntfs_journal_quota_get_all(ntfs_journal *j, const char *session, json_t **re
         int r;
         if (!j || !ret)
                 return -EINVAL;
-        if ((r = jr_check_name(session)) < 0)
+        if ((r = jr_check_name(j, session)) < 0)
                 return r;
         _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
         _cleanup_stmt_ sqlite3_stmt *s = NULL;

@@ -818,6 +818,15 @@ TEST(redaction) {
         ASSERT_OK(ntfs_journal_set_secrets(j, secrets));
         ASSERT_OK(ntfs_journal_state_save(j, "s", 1, "[{\"content\":\"my key is " SECRET "\"}]", 1, NULL));
         ASSERT_OK(ntfs_journal_session_create(j, "t", 0, "{\"token\":\"" SECRET2 "\"}"));
+        /* Names and labels are keys, stored as given: one that contains a
+         * secret is refused, never stored (found by fuzz_journal). */
+        ASSERT_ERR(ntfs_journal_session_create(j, "s-" SECRET2, 0, NULL), -NTFS_EINVALNAME);
+        ASSERT_ERR(ntfs_journal_quota_add(j, "t", "calls." SECRET2, 1, -1, NULL), -EINVAL);
+        ASSERT_ERR(ntfs_journal_meta_set(j, "k" SECRET2, "v"), -EINVAL);
+        struct ntfs_effect_intent in4 = intent("t", 4, "{}");
+        in4.tool = "tool-" SECRET2;
+        _cleanup_(ntfs_effect_release) struct ntfs_effect e4 = {};
+        ASSERT_ERR(ntfs_journal_effect_begin(j, &in4, &e4, NULL), -EINVAL);
         ntfs_journal_close(j);
 
         /* Nothing in the database files, WAL included. */
