@@ -81,7 +81,7 @@ UNITS = {
     "seq-write-1M": ("MB/s", True), "seq-read-1M": ("MB/s", True),
     "rand-read-4k": ("IOPS", True), "rand-write-4k": ("IOPS", True),
 }
-TARGETS = ["native", "tmpfs", "overlayfs", "floor", "ntfs"]
+TARGETS = ["native", "tmpfs", "overlayfs", "floor", "floorsame", "ntfs"]
 
 
 def fmt(v):
@@ -109,8 +109,8 @@ def report(tsv):
     present = [t for t in TARGETS if any(k[1] == t for k in vals)]
     med = {k: statistics.median(v) for k, v in vals.items()}
     runs = max((len(v) for v in vals.values()), default=0)
-    head = ["workload", "unit"] + TARGETS + ["ntfs/floor", "ntfs/overlayfs", "ntfs/native",
-                                             "floor/native"]
+    head = ["workload", "unit"] + TARGETS + ["ntfs/floorsame", "ntfs/floor", "ntfs/overlayfs",
+                                             "ntfs/native", "floor/native"]
     rows = []
     for w in order:
         unit, higher = UNITS.get(w, ("s", False))
@@ -121,7 +121,7 @@ def report(tsv):
         def ratio(a, b):
             x, y = med.get((w, a)), med.get((w, b))
             return "%.2f" % (x / y) if x is not None and y else "-"
-        row += [ratio("ntfs", "floor"), ratio("ntfs", "overlayfs"), ratio("ntfs", "native"),
+        row += [ratio("ntfs", "floorsame"), ratio("ntfs", "floor"), ratio("ntfs", "overlayfs"), ratio("ntfs", "native"),
                 ratio("floor", "native")]
         rows.append(row)
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]

@@ -5,11 +5,13 @@
 #
 #   tools/bench-fs.sh [--quick]
 #
-# Targets (BENCH_TARGETS, default "native tmpfs overlayfs floor ntfs"):
+# Targets (BENCH_TARGETS, default "native tmpfs overlayfs floor floorsame ntfs"):
 #   native     a fresh directory on the root ext4 for every run
 #   tmpfs      a fresh tmpfs mount
 #   overlayfs  fuse-overlayfs, lower/upper/work on ext4
 #   floor      tools/fusefloor, the FUSE floor (FLOOR_OPTS adds -o options)
+#   floorsame  the floor with the ntfs mount's FUSE options (default_permissions,
+#              nocreate): the floor issue 3 holds ntfs to ("the same FUSE options")
 #   ntfs       $NTFS_BUILD/fs/ntfs-fuse --store BASE/store --create --session bench
 #              (fresh store per run; NTFS_FUSE_STATS=PATH keeps its request
 #              counts as PATH.RUN), or "$NTFS_MOUNT_CMD MNT" / "$NTFS_UMOUNT_CMD MNT"
@@ -42,7 +44,7 @@ else
         TREE_DIRS="usr/include usr/share/doc usr/lib/python3.11 usr/lib/python3/dist-packages usr/share/perl usr/share/perl5"
         TREE_MIN=20000 TAR_NAME=tree-full.tar
 fi
-TARGETS=${BENCH_TARGETS:-native tmpfs overlayfs floor ntfs}
+TARGETS=${BENCH_TARGETS:-native tmpfs overlayfs floor floorsame ntfs}
 NTFS_BUILD=${NTFS_BUILD:-$(cd "$HERE/.." && pwd)/build}
 FUSEFLOOR=${FUSEFLOOR:-$NTFS_BUILD/tools/fusefloor}
 NTFS_FUSE=${NTFS_FUSE:-$NTFS_BUILD/fs/ntfs-fuse}
@@ -144,15 +146,22 @@ umount_fuse() { # the target's daemon is the last one started
         unset 'PIDS[-1]'
 }
 umount_overlayfs() { umount_fuse "$1"; }
-mount_floor() {
+mount_floor() { # MNT BASE [EXTRA_OPTS]
         # prealloc: fault the data memory in before the clock starts (fusefloor.c)
-        local o=(-o "prealloc=$PREALLOC${FLOOR_OPTS:+,$FLOOR_OPTS}")
+        local extra=${3:-${FLOOR_OPTS:-}}
+        local o=(-o "prealloc=$PREALLOC${extra:+,$extra}")
         "$FUSEFLOOR" "$1" -f "${o[@]}" &
         PIDS+=($!)
         MOUNTS+=("$1")
         wait_mounted "$1" $!
 }
 umount_floor() { umount_fuse "$1"; }
+# The ntfs mount checks modes with default_permissions (no OPEN, so the daemon
+# could not refuse an open) and creates with MKNOD (fs/mount.c): the floor with
+# exactly those options is the like-for-like measure of FUSE's cost.
+FLOORSAME_OPTS=default_permissions,nocreate
+mount_floorsame() { mount_floor "$1" "$2" "$FLOORSAME_OPTS"; }
+umount_floorsame() { umount_fuse "$1"; }
 NTFS_MNT=
 mount_ntfs() {
         if [ -z "${NTFS_MOUNT_CMD:-}" ]; then
@@ -245,7 +254,7 @@ meta_workloads() { # the metadata rows only (BENCH_META_ONLY=1: no fio, no make)
 read -r -a TLIST <<<"$TARGETS"
 for t in "${TLIST[@]}"; do
         case $t in
-        native | tmpfs | overlayfs | floor) ;;
+        native | tmpfs | overlayfs | floor | floorsame) ;;
         ntfs)
                 if [ -z "${NTFS_MOUNT_CMD:-}" ] && [ ! -x "$NTFS_FUSE" ]; then
                         log "note: ntfs skipped (no $NTFS_FUSE; set NTFS_BUILD, or NTFS_MOUNT_CMD and NTFS_UMOUNT_CMD)"
@@ -255,7 +264,7 @@ for t in "${TLIST[@]}"; do
         *) log "unknown target $t"; exit 2 ;;
         esac
 done
-if [[ " $TARGETS " == *" floor "* ]] && [ ! -x "$FUSEFLOOR" ]; then
+if [[ " $TARGETS " == *" floor"* ]] && [ ! -x "$FUSEFLOOR" ]; then
         log "no fusefloor at $FUSEFLOOR (set FUSEFLOOR or NTFS_BUILD)"
         exit 2
 fi
@@ -282,5 +291,5 @@ done
 
 echo "# bench-fs: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs, kernel $(uname -r)," \
         "tree $TREE_ENTRIES entries ($TREE_FILES files), runs $RUNS$([ $QUICK = 1 ] && echo ', QUICK')"
-echo "# floor: $FUSEFLOOR -o prealloc=$PREALLOC${FLOOR_OPTS:+,$FLOOR_OPTS}"
+echo "# floor: $FUSEFLOOR -o prealloc=$PREALLOC${FLOOR_OPTS:+,$FLOOR_OPTS}; floorsame: -o prealloc=$PREALLOC,$FLOORSAME_OPTS"
 $HELPER report "$RAW"

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Smoke test of tools/bench-fs.sh itself: --quick, on the floor and native
-targets only; the table must come out with a number in every measured cell.
+and floorsame targets only; the table must come out with a number in every measured cell.
 Times are never compared with anything."""
 import os
 import re
@@ -20,7 +20,7 @@ def test_quick_table(tmp_path):
     floor = os.path.join(BUILD, "tools", "fusefloor")
     if not os.path.exists(floor):
         pytest.skip("no fusefloor at %s" % floor)
-    env = dict(os.environ, BENCH_TARGETS="floor native", NTFS_BUILD=BUILD,
+    env = dict(os.environ, BENCH_TARGETS="floor floorsame native", NTFS_BUILD=BUILD,
                BENCH_DIR=str(tmp_path), BENCH_CACHE=str(tmp_path / "cache"))
     env.pop("NTFS_MOUNT_CMD", None)
     r = subprocess.run([os.path.join(ROOT, "tools", "bench-fs.sh"), "--quick"], env=env,
@@ -28,7 +28,7 @@ def test_quick_table(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = [l for l in r.stdout.splitlines() if l.startswith("|")]
     head = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert head[:7] == ["workload", "unit", "native", "tmpfs", "overlayfs", "floor", "ntfs"]
+    assert head[:8] == ["workload", "unit", "native", "tmpfs", "overlayfs", "floor", "floorsame", "ntfs"]
     rows = {}
     for l in lines[2:]:
         cells = [c.strip() for c in l.strip("|").split("|")]
@@ -36,10 +36,10 @@ def test_quick_table(tmp_path):
     assert sorted(rows) == sorted(WORKLOADS)
     num = re.compile(r"^\d+(\.\d+)?$")
     for w, row in rows.items():
-        for t in ("native", "floor", "floor/native"):
+        for t in ("native", "floor", "floorsame", "floor/native"):
             assert num.match(row[t]) and float(row[t]) > 0, (w, t, row[t])
         assert row["tmpfs"] == "skipped" and row["ntfs"] == "skipped"
-        assert row["ntfs/floor"] == "-"
+        assert row["ntfs/floor"] == "-" and row["ntfs/floorsame"] == "-"
     # nothing left mounted or running under the scratch dir
     with open("/proc/self/mounts") as f:
         assert str(tmp_path) not in f.read()
