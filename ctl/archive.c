@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,7 +26,6 @@
 #include "ctl/tarball.h"
 #include "common/banned.h"
 
-#define DATA_BUF (256u * 1024)        /* file data read from the store per call */
 #define OUT_BUF (256u * 1024)         /* archive bytes handed to the sink per call */
 #define READ_BLOCK (1024u * 1024)     /* bytes read from an import's fd per call */
 #define MAX_PATH_BYTES 4096u          /* a path inside an imported archive */
@@ -41,10 +39,6 @@ static inline void a_freep(struct archive **a) {
 static inline void ae_freep(struct archive_entry **e) {
         if (*e)
                 archive_entry_free(*e);
-}
-static inline void ws_closep(ntfs_ws **ws) {
-        if (*ws)
-                ntfs_ws_close(*ws);
 }
 
 static void set_why(char *why, size_t whylen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -153,9 +147,9 @@ const char *ntfs_archive_content_type(enum ntfs_archive_format f) {
 
 /* ---- export ------------------------------------------------------------------------------ */
 
-/* First path of each multiply-linked inode (open addressing, ino != 0). */
+/* First path of each hard-link group (open addressing, linkid != 0). */
 struct link_slot {
-        uint64_t ino;
+        uint64_t id;
         char *path;
 };
 struct link_map {
@@ -170,35 +164,35 @@ static void link_map_release(struct link_map *m) {
         *m = (struct link_map){ 0 };
 }
 
-static size_t link_hash(uint64_t ino, size_t cap) {
-        ino ^= ino >> 33;
-        ino *= 0xff51afd7ed558ccdULL;
-        ino ^= ino >> 33;
-        return (size_t)ino & (cap - 1);
+static size_t link_hash(uint64_t id, size_t cap) {
+        id ^= id >> 33;
+        id *= 0xff51afd7ed558ccdULL;
+        id ^= id >> 33;
+        return (size_t)id & (cap - 1);
 }
 
-static const char *link_map_get(const struct link_map *m, uint64_t ino) {
+static const char *link_map_get(const struct link_map *m, uint64_t id) {
         if (!m->cap)
                 return NULL;
-        for (size_t i = link_hash(ino, m->cap);; i = (i + 1) & (m->cap - 1)) {
-                if (m->slots[i].ino == ino)
+        for (size_t i = link_hash(id, m->cap);; i = (i + 1) & (m->cap - 1)) {
+                if (m->slots[i].id == id)
                         return m->slots[i].path;
-                if (m->slots[i].ino == 0)
+                if (m->slots[i].id == 0)
                         return NULL;
         }
 }
 
-static int link_map_put(struct link_map *m, uint64_t ino, const char *path) {
+static int link_map_put(struct link_map *m, uint64_t id, const char *path) {
         if ((m->n + 1) * 2 > m->cap) {
                 size_t ncap = m->cap ? m->cap * 2 : 64;
                 struct link_slot *ns = calloc(ncap, sizeof *ns);
                 if (!ns)
                         return -ENOMEM;
                 for (size_t i = 0; i < m->cap; i++) {
-                        if (!m->slots[i].ino)
+                        if (!m->slots[i].id)
                                 continue;
-                        size_t j = link_hash(m->slots[i].ino, ncap);
-                        while (ns[j].ino)
+                        size_t j = link_hash(m->slots[i].id, ncap);
+                        while (ns[j].id)
                                 j = (j + 1) & (ncap - 1);
                         ns[j] = m->slots[i];
                 }
@@ -209,28 +203,16 @@ static int link_map_put(struct link_map *m, uint64_t ino, const char *path) {
         char *p = strdup(path);
         if (!p)
                 return -ENOMEM;
-        size_t i = link_hash(ino, m->cap);
-        while (m->slots[i].ino)
+        size_t i = link_hash(id, m->cap);
+        while (m->slots[i].id)
                 i = (i + 1) & (m->cap - 1);
-        m->slots[i] = (struct link_slot){ ino, p };
+        m->slots[i] = (struct link_slot){ id, p };
         m->n++;
         return 0;
 }
 
-struct child {
-        char *name;
-        struct ntfs_attr attr;
-};
-
-struct dir_frame {
-        struct child *kids;
-        size_t n, cap, next;
-        size_t path_len; /* length of this directory's path ("." for the root) */
-        int err;         /* a failed allocation in the listing callback */
-};
-
 struct xw {
-        ntfs_ws *ws;
+        ntfs_store *st;
         struct archive *a;
         struct archive_entry *e;
         ntfs_archive_sink sink;
@@ -238,13 +220,10 @@ struct xw {
         int sink_err;
         uint8_t *obuf;
         size_t olen;
-        uint8_t *dbuf;
-        char *xnames, *xval;
         struct link_map links;
-        struct dir_frame *stack;
-        size_t depth, stack_cap;
-        char *path;
-        size_t path_cap;
+        char *name; /* the entry's archive name: "./" + path */
+        size_t name_cap;
+        bool lib_failed; /* a libarchive call failed (why is set) */
         struct ntfs_archive_progress *prog;
         char *why;
         size_t whylen;
@@ -294,6 +273,7 @@ static int w_close(struct archive *a, void *ud) {
 }
 
 static int w_fail(struct xw *x, const char *what) {
+        x->lib_failed = true;
         if (x->sink_err < 0) {
                 set_why(x->why, x->whylen, "%s: the receiver stopped: %s", what, ntfs_strerror(x->sink_err));
                 return x->sink_err;
@@ -304,239 +284,121 @@ static int w_fail(struct xw *x, const char *what) {
         return e > 0 ? -e : -EIO;
 }
 
-static int path_reserve(struct xw *x, size_t need) {
-        if (need <= x->path_cap)
-                return 0;
-        size_t ncap = x->path_cap ? x->path_cap : 256;
-        while (ncap < need)
-                ncap *= 2;
-        char *np = realloc(x->path, ncap);
-        if (!np)
-                return -ENOMEM;
-        x->path = np;
-        x->path_cap = ncap;
+static int xattr_cb(const char *name, const void *value, size_t len, void *ud) {
+        struct xw *x = ud;
+        archive_entry_xattr_add_entry(x->e, name, value, len);
         return 0;
 }
 
-static int collect_cb(const char *name, const struct ntfs_attr *attr, uint64_t next_cookie, void *ud) {
-        struct dir_frame *f = ud;
-        if (f->n == f->cap) {
-                size_t ncap = f->cap ? f->cap * 2 : 16;
-                struct child *nk = realloc(f->kids, ncap * sizeof *nk);
-                if (!nk)
-                        return (f->err = -ENOMEM);
-                f->kids = nk;
-                f->cap = ncap;
-        }
-        char *nm = strdup(name);
-        if (!nm)
-                return (f->err = -ENOMEM);
-        f->kids[f->n++] = (struct child){ nm, *attr };
+static int data_cb(const void *data, size_t len, uint64_t off, void *ud) {
+        (void)off;
+        struct xw *x = ud;
+        la_ssize_t w = archive_write_data(x->a, data, len);
+        if (w < 0)
+                return w_fail(x, x->name);
+        if (x->prog)
+                padd(&x->prog->bytes, len);
         return 0;
 }
 
-static int child_cmp(const void *a, const void *b) {
-        return strcmp(((const struct child *)a)->name, ((const struct child *)b)->name);
-}
-
-static void frame_release(struct dir_frame *f) {
-        for (size_t i = 0; i < f->n; i++)
-                free(f->kids[i].name);
-        free(f->kids);
-        *f = (struct dir_frame){ 0 };
-}
-
-static int push_dir(struct xw *x, uint64_t ino, size_t path_len) {
-        if (x->depth == x->stack_cap) {
-                size_t ncap = x->stack_cap ? x->stack_cap * 2 : 16;
-                struct dir_frame *ns = realloc(x->stack, ncap * sizeof *ns);
-                if (!ns)
+/* Writes one entry of the walk (tree order: parents first, names in byte
+ * order within a directory). */
+static int write_entry(const struct ntfs_walk_entry *we, void *ud) {
+        struct xw *x = ud;
+        uint32_t type = we->mode & S_IFMT;
+        size_t pl = strlen(we->path), need = 2 + pl + 1;
+        if (need > x->name_cap) {
+                size_t nc = x->name_cap ? x->name_cap : 256;
+                while (nc < need)
+                        nc *= 2;
+                char *nn = realloc(x->name, nc);
+                if (!nn)
                         return -ENOMEM;
-                x->stack = ns;
-                x->stack_cap = ncap;
+                x->name = nn;
+                x->name_cap = nc;
         }
-        struct dir_frame *f = &x->stack[x->depth];
-        *f = (struct dir_frame){ .path_len = path_len };
-        /* readdir calls back without the store lock; a callback returning
-         * non-zero only stops it, so its error is kept in the frame. */
-        int r = ntfs_ws_readdir(x->ws, ino, 0, true, collect_cb, f);
-        if (r == 0 && f->err < 0)
-                r = f->err;
-        if (r < 0) {
-                frame_release(f);
-                x->path[path_len] = 0;
-                set_why(x->why, x->whylen, "cannot list '%s': %s", x->path, ntfs_strerror(r));
-                return r;
-        }
-        if (f->n > 1)
-                qsort(f->kids, f->n, sizeof *f->kids, child_cmp);
-        x->depth++;
-        return 0;
-}
-
-static int add_xattrs(struct xw *x, uint64_t ino) {
-        ssize_t n = ntfs_ws_listxattr(x->ws, ino, x->xnames, 64 * 1024);
-        if (n == -EOPNOTSUPP || n == -ENODATA)
-                return 0;
-        if (n < 0) {
-                set_why(x->why, x->whylen, "cannot list the xattrs of '%s': %s", x->path, ntfs_strerror((int)n));
-                return (int)n;
-        }
-        for (ssize_t off = 0; off < n;) {
-                const char *name = x->xnames + off;
-                size_t nl = strnlen(name, (size_t)(n - off));
-                off += (ssize_t)nl + 1;
-                if (nl == 0)
-                        continue;
-                ssize_t vl = ntfs_ws_getxattr(x->ws, ino, name, x->xval, 64 * 1024);
-                if (vl == -ENODATA)
-                        continue;
-                if (vl < 0) {
-                        set_why(x->why, x->whylen, "cannot read xattr %s of '%s': %s", name, x->path,
-                                ntfs_strerror((int)vl));
-                        return (int)vl;
-                }
-                archive_entry_xattr_add_entry(x->e, name, x->xval, (size_t)vl);
-        }
-        return 0;
-}
-
-/* Writes one entry; x->path holds its archive name. */
-static int write_entry(struct xw *x, const struct ntfs_attr *at) {
-        uint32_t type = at->mode & S_IFMT;
+        memcpy(x->name, "./", 2);
+        memcpy(x->name + 2, we->path, pl + 1);
         if (type == S_IFSOCK) {
-                log_debug("archive: skipping socket %s", x->path);
+                log_debug("archive: skipping socket %s", x->name);
                 return 0;
         }
         struct archive_entry *e = x->e;
         archive_entry_clear(e);
-        archive_entry_set_pathname(e, x->path);
-        archive_entry_set_mode(e, type | (at->mode & 07777));
-        archive_entry_set_uid(e, at->uid);
-        archive_entry_set_gid(e, at->gid);
-        archive_entry_set_mtime(e, at->mtime.tv_sec, at->mtime.tv_nsec);
+        archive_entry_set_pathname(e, x->name);
+        archive_entry_set_mode(e, type | (we->mode & 07777));
+        archive_entry_set_uid(e, we->uid);
+        archive_entry_set_gid(e, we->gid);
+        int64_t sec = we->mtime_ns / 1000000000LL, nsec = we->mtime_ns % 1000000000LL;
+        if (nsec < 0) {
+                sec--;
+                nsec += 1000000000LL;
+        }
+        archive_entry_set_mtime(e, (time_t)sec, (long)nsec);
         archive_entry_set_size(e, 0);
         int r;
         bool data = false;
-        if (type != S_IFDIR && at->nlink > 1) {
-                const char *first = link_map_get(&x->links, at->ino);
+        if (type != S_IFDIR && we->linkid) {
+                const char *first = link_map_get(&x->links, we->linkid);
                 if (first) {
                         archive_entry_set_hardlink(e, first);
                         goto header;
                 }
-                if ((r = link_map_put(&x->links, at->ino, x->path)) < 0)
+                if ((r = link_map_put(&x->links, we->linkid, x->name)) < 0)
                         return r;
         }
-        if (type == S_IFLNK) {
-                char target[PATH_MAX + 1];
-                ssize_t n = ntfs_ws_readlink(x->ws, at->ino, target, PATH_MAX);
-                if (n < 0) {
-                        set_why(x->why, x->whylen, "cannot read the symlink '%s': %s", x->path,
-                                ntfs_strerror((int)n));
-                        return (int)n;
-                }
-                target[n] = 0;
-                archive_entry_set_symlink(e, target);
-        } else if (type == S_IFREG) {
-                archive_entry_set_size(e, (la_int64_t)at->size);
-                data = at->size > 0;
+        if (type == S_IFLNK)
+                archive_entry_set_symlink(e, we->target);
+        else if (type == S_IFREG) {
+                archive_entry_set_size(e, (la_int64_t)we->size);
+                data = we->size > 0;
         } else if (type == S_IFCHR || type == S_IFBLK)
-                archive_entry_set_rdev(e, (dev_t)at->rdev);
-        if ((r = add_xattrs(x, at->ino)) < 0)
+                archive_entry_set_rdev(e, (dev_t)we->rdev);
+        if ((r = ntfs_xattr_read(x->st, &we->xattr, xattr_cb, x)) < 0) {
+                set_why(x->why, x->whylen, "cannot read the xattrs of '%s': %s", x->name, ntfs_strerror(r));
                 return r;
+        }
 header:
         r = archive_write_header(x->a, e);
         if (r == ARCHIVE_FAILED) {
                 /* This entry cannot be represented; libarchive wrote nothing. */
-                log_debug("archive: skipping %s: %s", x->path, archive_error_string(x->a));
+                log_debug("archive: skipping %s: %s", x->name, archive_error_string(x->a));
                 return 0;
         }
         if (r < ARCHIVE_WARN)
-                return w_fail(x, x->path);
-        for (uint64_t off = 0; data && off < at->size;) {
-                size_t want = (size_t)NTFS_MIN((uint64_t)DATA_BUF, at->size - off);
-                ssize_t n = ntfs_ws_read(x->ws, at->ino, x->dbuf, want, off);
-                if (n < 0) {
-                        set_why(x->why, x->whylen, "cannot read '%s': %s", x->path, ntfs_strerror((int)n));
-                        return (int)n;
-                }
-                if (n == 0)
-                        break; /* shrank under a live handle: libarchive pads with zeros */
-                la_ssize_t w = archive_write_data(x->a, x->dbuf, (size_t)n);
-                if (w < 0)
-                        return w_fail(x, x->path);
-                off += (uint64_t)n;
-                if (x->prog)
-                        padd(&x->prog->bytes, (uint64_t)n);
+                return w_fail(x, x->name);
+        if (data && (r = ntfs_file_read_chunks(x->st, &we->content, data_cb, x)) < 0) {
+                if (!x->lib_failed)
+                        set_why(x->why, x->whylen, "cannot read '%s': %s", x->name, ntfs_strerror(r));
+                return r;
         }
         if (archive_write_finish_entry(x->a) < ARCHIVE_WARN)
-                return w_fail(x, x->path);
+                return w_fail(x, x->name);
         if (x->prog)
                 padd(&x->prog->entries, 1);
         return 0;
 }
 
-static int export_tree(struct xw *x) {
-        struct ntfs_attr root;
-        int r = ntfs_ws_getattr(x->ws, NTFS_ROOT_INO, &root);
-        if (r < 0) {
-                set_why(x->why, x->whylen, "cannot read the root: %s", ntfs_strerror(r));
-                return r;
-        }
-        if ((r = path_reserve(x, 4)) < 0)
-                return r;
-        memcpy(x->path, "./", 3);
-        if ((r = write_entry(x, &root)) < 0)
-                return r;
-        if ((r = push_dir(x, NTFS_ROOT_INO, 1)) < 0) /* path "." */
-                return r;
-        while (x->depth > 0) {
-                struct dir_frame *f = &x->stack[x->depth - 1];
-                if (f->next == f->n) {
-                        frame_release(f);
-                        x->depth--;
-                        continue;
-                }
-                struct child *k = &f->kids[f->next++];
-                size_t nl = strlen(k->name), plen = f->path_len;
-                if ((r = path_reserve(x, plen + 1 + nl + 1)) < 0)
-                        return r;
-                x->path[plen] = '/';
-                memcpy(x->path + plen + 1, k->name, nl + 1);
-                struct ntfs_attr at = k->attr;
-                if ((r = write_entry(x, &at)) < 0)
-                        return r;
-                if (S_ISDIR(at.mode) && (r = push_dir(x, at.ino, plen + 1 + nl)) < 0)
-                        return r;
-        }
-        return 0;
-}
-
-int ntfs_archive_export(ntfs_ws *ws, enum ntfs_archive_format fmt, ntfs_archive_sink sink, void *ud,
-                        struct ntfs_archive_progress *prog, char *why, size_t whylen) {
+int ntfs_archive_export(ntfs_store *st, const ntfs_hash *commit, enum ntfs_archive_format fmt,
+                        ntfs_archive_sink sink, void *ud, struct ntfs_archive_progress *prog, char *why,
+                        size_t whylen) {
         if (why && whylen)
                 why[0] = 0;
-        if (!ws || !sink)
+        if (!st || !commit || !sink)
                 return -EINVAL;
-        struct xw x = { .ws = ws, .sink = sink, .ud = ud, .prog = prog, .why = why, .whylen = whylen };
-        /* the buffers are declared first so that they are freed last: freeing
+        struct xw x = { .st = st, .sink = sink, .ud = ud, .prog = prog, .why = why, .whylen = whylen };
+        /* the buffer is declared first so that it is freed last: freeing
          * the archive may still call w_write/w_close */
         _cleanup_free_ uint8_t *obuf = malloc(OUT_BUF);
-        _cleanup_free_ uint8_t *dbuf = malloc(DATA_BUF);
-        _cleanup_free_ char *xnames = malloc(64 * 1024);
-        _cleanup_free_ char *xval = malloc(64 * 1024);
         _cleanup_(ae_freep) struct archive_entry *e = archive_entry_new();
         _cleanup_(a_freep) struct archive *a = archive_write_new();
-        if (!a || !e || !obuf || !dbuf || !xnames || !xval) {
+        if (!a || !e || !obuf) {
                 set_why(why, whylen, "out of memory");
                 return -ENOMEM;
         }
         x.a = a;
         x.e = e;
         x.obuf = obuf;
-        x.dbuf = dbuf;
-        x.xnames = xnames;
-        x.xval = xval;
         int r = archive_write_set_format_pax(a);
         /* xattrs as SCHILY.xattr only (GNU tar and star read it; the
          * LIBARCHIVE.xattr copy makes GNU tar warn) */
@@ -571,11 +433,10 @@ int ntfs_archive_export(ntfs_ws *ws, enum ntfs_archive_format fmt, ntfs_archive_
                 locale_leave(&lg);
                 return r;
         }
-        r = export_tree(&x);
-        while (x.depth > 0)
-                frame_release(&x.stack[--x.depth]);
-        free(x.stack);
-        free(x.path);
+        r = ntfs_tree_walk(st, commit, write_entry, &x);
+        if (r < 0 && why && !why[0])
+                set_why(why, whylen, "cannot read the commit: %s", ntfs_strerror(r));
+        free(x.name);
         link_map_release(&x.links);
         if (r == 0 && archive_write_close(a) != ARCHIVE_OK)
                 r = w_fail(&x, "cannot finish the archive");
@@ -589,26 +450,13 @@ int ntfs_archive_export(ntfs_ws *ws, enum ntfs_archive_format fmt, ntfs_archive_
 
 /* ---- import ------------------------------------------------------------------------------ */
 
-struct dir_attr {
-        uint64_t ino;
-        uint32_t mode, uid, gid;
-        struct timespec mtime;
-};
-
 struct xr {
         ntfs_store *st;
-        ntfs_ws *ws;
+        ntfs_builder *b;
         struct archive *a;
         uint64_t max_entries, max_bytes;
         uint64_t entries, declared, written;
         struct ntfs_archive_progress *prog;
-        /* the last parent directory resolved: path and inode */
-        char cache[MAX_PATH_BYTES + 1];
-        size_t cache_len;
-        uint64_t cache_ino;
-        bool cache_ok;
-        struct dir_attr *dirs;
-        size_t ndirs, dirs_cap;
         char *why;
         size_t whylen;
 };
@@ -655,101 +503,49 @@ static int normalize(struct xr *x, const char *in, char *out, size_t outlen, con
         return 0;
 }
 
-/* Resolves the directory path[0..len) (normalized) to an inode; with
- * create, makes missing directories (0755, uid/gid). Never goes through a
- * symlink. */
-static int resolve_dir(struct xr *x, const char *path, size_t len, bool create, uint32_t uid, uint32_t gid,
-                       uint64_t *ret) {
-        if (len == 0) {
-                *ret = NTFS_ROOT_INO;
-                return 0;
+/* Turns a builder error about entry path into the importer's code and
+ * message (the builder names the path prefix it is about). */
+static int build_fail(struct xr *x, int r, const char *path, const char *target) {
+        const char *at = ntfs_builder_error_path(x->b);
+        if (!at || !*at)
+                at = path;
+        switch (r) {
+        case -NTFS_EDENIED:
+                return FAIL(x, -NTFS_EDENIED, "unsafe archive: '%.200s' is a symlink, and an entry goes through it",
+                            at);
+        case -ENOTDIR:
+                return FAIL(x, -NTFS_EBADREQ, "'%.200s' is not a directory, and an entry goes under it", at);
+        case -ENOENT:
+                if (target)
+                        return FAIL(x, -NTFS_EBADREQ, "corrupt archive: hard link '%.200s' to '%.200s', which is not in it",
+                                    path, target);
+                break;
+        case -EPERM:
+                if (target)
+                        return FAIL(x, -NTFS_EBADREQ, "corrupt archive: hard link '%.200s' to the directory '%.200s'",
+                                    path, target);
+                break;
+        case -ENOTEMPTY:
+                return FAIL(x, -NTFS_EBADREQ, "'%.200s' is a non-empty directory and a later entry replaces it", at);
+        case -EINVAL:
+        case -ENAMETOOLONG:
+        case -E2BIG:
+        case -EMLINK:
+        case -ELOOP:
+                return FAIL(x, -NTFS_EBADREQ, "'%.200s': %s", at, ntfs_strerror(r));
+        default:
+                break;
         }
-        if (x->cache_ok && x->cache_len == len && memcmp(x->cache, path, len) == 0) {
-                *ret = x->cache_ino;
-                return 0;
-        }
-        uint64_t cur = NTFS_ROOT_INO;
-        char name[NTFS_NAME_MAX + 1];
-        for (size_t i = 0; i < len;) {
-                size_t j = i;
-                while (j < len && path[j] != '/')
-                        j++;
-                memcpy(name, path + i, j - i);
-                name[j - i] = 0;
-                struct ntfs_attr at;
-                int r = ntfs_ws_lookup(x->ws, cur, name, &at);
-                if (r == -ENOENT && create) {
-                        r = ntfs_ws_mkdir(x->ws, cur, name, 0755, uid, gid, &at);
-                }
-                if (r == -ENOENT)
-                        return FAIL(x, -NTFS_EBADREQ, "'%.*s' does not exist", (int)j, path);
-                if (r < 0)
-                        return FAIL(x, r, "'%.*s': %s", (int)j, path, ntfs_strerror(r));
-                if (S_ISLNK(at.mode))
-                        return FAIL(x, -NTFS_EDENIED, "unsafe archive: '%.*s' is a symlink, and an entry goes through it",
-                                    (int)j, path);
-                if (!S_ISDIR(at.mode))
-                        return FAIL(x, -NTFS_EBADREQ, "'%.*s' is not a directory, and an entry goes under it", (int)j,
-                                    path);
-                cur = at.ino;
-                i = j + 1;
-        }
-        memcpy(x->cache, path, len);
-        x->cache_len = len;
-        x->cache_ino = cur;
-        x->cache_ok = true;
-        *ret = cur;
-        return 0;
+        return FAIL(x, r, "'%.200s': %s", at, ntfs_strerror(r));
 }
 
-static int defer_dir(struct xr *x, uint64_t ino, struct archive_entry *e) {
-        if (x->ndirs == x->dirs_cap) {
-                size_t ncap = x->dirs_cap ? x->dirs_cap * 2 : 64;
-                struct dir_attr *nd = realloc(x->dirs, ncap * sizeof *nd);
-                if (!nd)
-                        return FAIL(x, -ENOMEM, "out of memory");
-                x->dirs = nd;
-                x->dirs_cap = ncap;
-        }
-        struct dir_attr *d = &x->dirs[x->ndirs++];
-        d->ino = ino;
-        d->mode = archive_entry_perm(e) & 07777;
-        d->uid = (uint32_t)archive_entry_uid(e);
-        d->gid = (uint32_t)archive_entry_gid(e);
-        if (archive_entry_mtime_is_set(e)) {
-                d->mtime.tv_sec = archive_entry_mtime(e);
-                d->mtime.tv_nsec = archive_entry_mtime_nsec(e);
-        } else {
-                int64_t now = ntfs_now_ns();
-                d->mtime.tv_sec = now / 1000000000;
-                d->mtime.tv_nsec = now % 1000000000;
-        }
-        return 0;
+static int64_t entry_mtime(struct archive_entry *e) {
+        if (!archive_entry_mtime_is_set(e))
+                return ntfs_now_ns();
+        return (int64_t)archive_entry_mtime(e) * 1000000000LL + archive_entry_mtime_nsec(e);
 }
 
-static int set_attrs(struct xr *x, uint64_t ino, struct archive_entry *e, const char *path, bool mode) {
-        struct ntfs_attr in = { 0 }, out;
-        unsigned set = NTFS_SET_UID | NTFS_SET_GID | NTFS_SET_MTIME;
-        if (mode) {
-                in.mode = archive_entry_perm(e) & 07777;
-                set |= NTFS_SET_MODE;
-        }
-        in.uid = (uint32_t)archive_entry_uid(e);
-        in.gid = (uint32_t)archive_entry_gid(e);
-        if (archive_entry_mtime_is_set(e)) {
-                in.mtime.tv_sec = archive_entry_mtime(e);
-                in.mtime.tv_nsec = archive_entry_mtime_nsec(e);
-        } else {
-                set &= ~(unsigned)NTFS_SET_MTIME;
-                set |= NTFS_SET_MTIME_NOW;
-        }
-        int r = ntfs_ws_setattr(x->ws, ino, &in, set, &out);
-        if (r < 0)
-                return FAIL(x, r, "cannot set the attributes of '%s': %s", path, ntfs_strerror(r));
-        return 0;
-}
-
-static int set_xattrs(struct xr *x, uint64_t ino, struct archive_entry *e, const char *path) {
+static int set_xattrs(struct xr *x, struct archive_entry *e, const char *path) {
         const char *name;
         const void *val;
         size_t size;
@@ -757,10 +553,11 @@ static int set_xattrs(struct xr *x, uint64_t ino, struct archive_entry *e, const
         while (archive_entry_xattr_next(e, &name, &val, &size) == ARCHIVE_OK) {
                 if (!name || !*name)
                         continue;
-                int r = ntfs_ws_setxattr(x->ws, ino, name, val, size, 0);
+                int r = ntfs_builder_set_xattr(x->b, path, name, val, size);
                 if (r < 0)
-                        return FAIL(x, r == -ENOSPC || r == -EIO ? r : -NTFS_EBADREQ,
-                                    "cannot set xattr '%.100s' on '%s': %s", name, path, ntfs_strerror(r));
+                        return FAIL(x, r == -ENOSPC || r == -EIO || r == -ENOMEM ? r : -NTFS_EBADREQ,
+                                    "cannot set xattr '%.100s' on '%s': %s", name, path[0] ? path : ".",
+                                    ntfs_strerror(r));
         }
         return 0;
 }
@@ -770,9 +567,11 @@ static int archive_fail(struct xr *x, const char *what) {
         return FAIL(x, -NTFS_EBADREQ, "corrupt or truncated archive (%s): %s", what, m ? m : "read error");
 }
 
-/* Writes the entry's data blocks into ino (sparse files keep their holes). */
-static int copy_data(struct xr *x, uint64_t ino, struct archive_entry *e, const char *path) {
-        uint64_t declared = archive_entry_size_is_set(e) ? (uint64_t)archive_entry_size(e) : 0;
+/* Streams the entry's data blocks into the open builder file (sparse
+ * entries keep their holes) and ends it. */
+static int copy_data(struct xr *x, struct archive_entry *e, const char *path) {
+        uint64_t declared = archive_entry_size_is_set(e) && archive_entry_size(e) > 0 ? (uint64_t)archive_entry_size(e)
+                                                                                       : 0;
         uint64_t end = 0;
         for (;;) {
                 const void *buf;
@@ -783,7 +582,7 @@ static int copy_data(struct xr *x, uint64_t ino, struct archive_entry *e, const 
                         break;
                 if (r < ARCHIVE_WARN)
                         return archive_fail(x, path);
-                if (off < 0)
+                if (off < 0 || (uint64_t)off < end)
                         return archive_fail(x, path);
                 if (size == 0)
                         continue;
@@ -791,43 +590,17 @@ static int copy_data(struct xr *x, uint64_t ino, struct archive_entry *e, const 
                 if (x->written > x->max_bytes)
                         return FAIL(x, -NTFS_ETOOLARGE, "archive too large: more than %" PRIu64 " bytes of file data",
                                     x->max_bytes);
-                const uint8_t *p = buf;
-                uint64_t o = (uint64_t)off;
-                for (size_t left = size; left > 0;) {
-                        ssize_t w = ntfs_ws_write(x->ws, ino, p, left, o, false);
-                        if (w < 0)
-                                return FAIL(x, (int)w, "cannot write '%s': %s", path, ntfs_strerror((int)w));
-                        if (w == 0)
-                                return FAIL(x, -EIO, "cannot write '%s': no progress", path);
-                        p += w;
-                        o += (uint64_t)w;
-                        left -= (size_t)w;
-                }
-                if (o > end)
-                        end = o;
+                if ((r = ntfs_builder_file_write(x->b, buf, size, (uint64_t)off)) < 0)
+                        return FAIL(x, r == -EINVAL ? -NTFS_EBADREQ : r, "cannot write '%s': %s", path, ntfs_strerror(r));
+                end = (uint64_t)off + size;
                 if (x->prog) {
                         padd(&x->prog->bytes, size);
                         pset(&x->prog->stream_bytes, (uint64_t)archive_filter_bytes(x->a, -1));
                 }
         }
-        if (declared > end) { /* a trailing hole */
-                struct ntfs_attr in = { .size = declared }, out;
-                int r = ntfs_ws_setattr(x->ws, ino, &in, NTFS_SET_SIZE, &out);
-                if (r < 0)
-                        return FAIL(x, r, "cannot size '%s': %s", path, ntfs_strerror(r));
-        }
-        return 0;
-}
-
-/* Removes what is at parent/leaf so that a new entry can take its place
- * (a later entry of an archive replaces an earlier one, as tar does). */
-static int make_room(struct xr *x, uint64_t parent, const char *leaf, const struct ntfs_attr *old, const char *path) {
-        int r = S_ISDIR(old->mode) ? ntfs_ws_rmdir(x->ws, parent, leaf) : ntfs_ws_unlink(x->ws, parent, leaf);
-        x->cache_ok = false;
-        if (r == -ENOTEMPTY)
-                return FAIL(x, -NTFS_EBADREQ, "'%s' is a non-empty directory and a later entry replaces it", path);
+        int r = ntfs_builder_file_end(x->b, declared > end ? declared : end);
         if (r < 0)
-                return FAIL(x, r, "cannot replace '%s': %s", path, ntfs_strerror(r));
+                return FAIL(x, r, "cannot store '%s': %s", path, ntfs_strerror(r));
         return 0;
 }
 
@@ -874,91 +647,36 @@ static int import_entry(struct xr *x, struct archive_entry *e) {
                 return FAIL(x, -NTFS_EBADREQ, "corrupt archive: '%.200s' has an unknown type", raw);
         }
         uint32_t uid = (uint32_t)archive_entry_uid(e), gid = (uint32_t)archive_entry_gid(e);
+        uint32_t perm = (uint32_t)archive_entry_perm(e) & 07777;
+        int64_t mtime = entry_mtime(e);
 
         if (path[0] == 0) { /* "." or "./": the root directory itself */
                 if (type != AE_IFDIR || hl)
                         return FAIL(x, -NTFS_EBADREQ, "corrupt archive: '%.200s' names the root but is not a directory",
                                     raw);
-                if ((r = defer_dir(x, NTFS_ROOT_INO, e)) < 0)
-                        return r;
-                return set_xattrs(x, NTFS_ROOT_INO, e, "./");
+                if ((r = ntfs_builder_add_dir(x->b, "", perm, uid, gid, mtime)) < 0)
+                        return build_fail(x, r, "./", NULL);
+                return set_xattrs(x, e, "");
         }
-        char *slash = strrchr(path, '/');
-        size_t plen = slash ? (size_t)(slash - path) : 0;
-        const char *leaf = slash ? slash + 1 : path;
-        uint64_t parent;
-        if ((r = resolve_dir(x, path, plen, true, uid, gid, &parent)) < 0)
-                return r;
-        struct ntfs_attr old, at;
-        r = ntfs_ws_lookup(x->ws, parent, leaf, &old);
-        if (r < 0 && r != -ENOENT)
-                return FAIL(x, r, "'%s': %s", path, ntfs_strerror(r));
-        bool exists = r == 0;
-
         if (hl) {
                 char tpath[MAX_PATH_BYTES + 1];
                 if ((r = normalize(x, hl, tpath, sizeof tpath, "hard link target")) < 0)
                         return r;
                 if (tpath[0] == 0)
                         return FAIL(x, -NTFS_EBADREQ, "corrupt archive: hard link '%s' to the root", path);
-                char *ts = strrchr(tpath, '/');
-                size_t tplen = ts ? (size_t)(ts - tpath) : 0;
-                const char *tleaf = ts ? ts + 1 : tpath;
-                uint64_t tparent;
-                if ((r = resolve_dir(x, tpath, tplen, false, 0, 0, &tparent)) < 0)
-                        return r;
-                struct ntfs_attr target;
-                r = ntfs_ws_lookup(x->ws, tparent, tleaf, &target);
-                if (r == -ENOENT)
-                        return FAIL(x, -NTFS_EBADREQ, "corrupt archive: hard link '%s' to '%s', which is not in it",
-                                    path, tpath);
-                if (r < 0)
-                        return FAIL(x, r, "'%s': %s", tpath, ntfs_strerror(r));
-                if (S_ISDIR(target.mode))
-                        return FAIL(x, -NTFS_EBADREQ, "corrupt archive: hard link '%s' to the directory '%s'", path,
-                                    tpath);
-                if (exists && old.ino == target.ino)
-                        goto linked; /* already that file */
-                if (exists && (r = make_room(x, parent, leaf, &old, path)) < 0)
-                        return r;
-                /* resolving the target may have replaced the cached parent */
-                if ((r = resolve_dir(x, path, plen, true, uid, gid, &parent)) < 0)
-                        return r;
-                r = ntfs_ws_link(x->ws, target.ino, parent, leaf, &at);
-                if (r < 0)
-                        return FAIL(x, r, "cannot link '%s' to '%s': %s", path, tpath, ntfs_strerror(r));
-        linked:
-                if (size > 0 && S_ISREG(target.mode)) { /* a link that carries the data (pax, cpio) */
-                        struct ntfs_attr in = { .size = 0 }, out;
-                        if ((r = ntfs_ws_setattr(x->ws, target.ino, &in, NTFS_SET_SIZE, &out)) < 0)
-                                return FAIL(x, r, "cannot truncate '%s': %s", path, ntfs_strerror(r));
-                        if ((r = copy_data(x, target.ino, e, path)) < 0)
-                                return r;
-                        if ((r = set_attrs(x, target.ino, e, path, true)) < 0)
-                                return r;
+                if ((r = ntfs_builder_add_hardlink(x->b, path, tpath)) < 0)
+                        return build_fail(x, r, path, tpath);
+                if (size > 0) { /* a link that carries the data (pax, cpio) */
+                        if ((r = ntfs_builder_file_begin(x->b, path, perm, uid, gid, mtime, NTFS_BUILD_REWRITE)) < 0)
+                                return build_fail(x, r, path, NULL);
+                        return copy_data(x, e, path);
                 }
                 return 0;
         }
-
         if (type == AE_IFDIR) {
-                uint64_t ino;
-                if (exists && S_ISDIR(old.mode))
-                        ino = old.ino;
-                else {
-                        if (exists && (r = make_room(x, parent, leaf, &old, path)) < 0)
-                                return r;
-                        r = ntfs_ws_mkdir(x->ws, parent, leaf, archive_entry_perm(e) & 07777, uid, gid, &at);
-                        if (r < 0)
-                                return FAIL(x, r, "cannot create '%s': %s", path, ntfs_strerror(r));
-                        ino = at.ino;
-                }
-                if ((r = set_xattrs(x, ino, e, path)) < 0)
-                        return r;
-                return defer_dir(x, ino, e);
-        }
-        if (exists && (r = make_room(x, parent, leaf, &old, path)) < 0)
-                return r;
-        if (type == AE_IFLNK) {
+                if ((r = ntfs_builder_add_dir(x->b, path, perm, uid, gid, mtime)) < 0)
+                        return build_fail(x, r, path, NULL);
+        } else if (type == AE_IFLNK) {
                 const char *target = archive_entry_symlink(e);
                 if (!target)
                         target = archive_entry_symlink_utf8(e);
@@ -967,39 +685,18 @@ static int import_entry(struct xr *x, struct archive_entry *e) {
                 if (strlen(target) > MAX_LINK_BYTES)
                         return FAIL(x, -NTFS_EBADREQ, "symlink '%s': target longer than %u bytes", path,
                                     MAX_LINK_BYTES);
-                r = ntfs_ws_symlink(x->ws, parent, leaf, target, uid, gid, &at);
-                if (r < 0)
-                        return FAIL(x, r, "cannot create the symlink '%s': %s", path, ntfs_strerror(r));
-                if ((r = set_xattrs(x, at.ino, e, path)) < 0)
+                if ((r = ntfs_builder_add_symlink(x->b, path, target, uid, gid, mtime)) < 0)
+                        return build_fail(x, r, path, NULL);
+        } else if (type == AE_IFIFO) {
+                if ((r = ntfs_builder_add_node(x->b, path, S_IFIFO | perm, 0, uid, gid, mtime)) < 0)
+                        return build_fail(x, r, path, NULL);
+        } else {
+                if ((r = ntfs_builder_file_begin(x->b, path, perm, uid, gid, mtime, 0)) < 0)
+                        return build_fail(x, r, path, NULL);
+                if ((r = copy_data(x, e, path)) < 0)
                         return r;
-                return set_attrs(x, at.ino, e, path, false);
         }
-        uint32_t mode = (type == AE_IFIFO ? S_IFIFO : S_IFREG) | (archive_entry_perm(e) & 07777);
-        r = ntfs_ws_mknod(x->ws, parent, leaf, mode, 0, uid, gid, &at);
-        if (r < 0)
-                return FAIL(x, r, "cannot create '%s': %s", path, ntfs_strerror(r));
-        if (type == AE_IFREG && (r = copy_data(x, at.ino, e, path)) < 0)
-                return r;
-        if ((r = set_xattrs(x, at.ino, e, path)) < 0)
-                return r;
-        /* last: writes clear setuid/setgid and move mtime */
-        return set_attrs(x, at.ino, e, path, true);
-}
-
-static int apply_dirs(struct xr *x) {
-        /* deepest last-created first does not matter: setattr on a
-         * directory never changes another directory's mtime */
-        for (size_t i = x->ndirs; i-- > 0;) {
-                struct dir_attr *d = &x->dirs[i];
-                struct ntfs_attr in = { .mode = d->mode, .uid = d->uid, .gid = d->gid, .mtime = d->mtime }, out;
-                int r = ntfs_ws_setattr(x->ws, d->ino, &in,
-                                        NTFS_SET_MODE | NTFS_SET_UID | NTFS_SET_GID | NTFS_SET_MTIME, &out);
-                if (r == -ESTALE || r == -ENOENT)
-                        continue; /* replaced by a later entry */
-                if (r < 0)
-                        return FAIL(x, r, "cannot set a directory's attributes: %s", ntfs_strerror(r));
-        }
-        return 0;
+        return set_xattrs(x, e, path);
 }
 
 /* A filter is registered only when libarchive decodes it itself (a probe
@@ -1034,20 +731,11 @@ static int import_all(struct xr *x) {
                         pset(&x->prog->stream_bytes, (uint64_t)archive_filter_bytes(x->a, -1));
                 }
         }
-        return apply_dirs(x);
+        return 0;
 }
 
-static void tmp_name(char *buf, size_t len) {
-        uint8_t rnd[8];
-        static uint64_t counter;
-        if (getrandom(rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd) {
-                uint64_t v = (uint64_t)ntfs_now_ns() ^ (__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) << 48) ^
-                             ((uint64_t)getpid() << 20);
-                ntfs_put_be64(rnd, v);
-        }
-        char hex[17];
-        ntfs_hex(rnd, sizeof rnd, hex);
-        snprintf(buf, len, "%s%s", NTFS_ARCHIVE_TMP_PREFIX, hex);
+static inline void builder_freep(ntfs_builder **b) {
+        ntfs_builder_free(*b);
 }
 
 int ntfs_archive_import(ntfs_store *st, const char *name, const struct ntfs_archive_source *src,
@@ -1073,11 +761,13 @@ int ntfs_archive_import(ntfs_store *st, const char *name, const struct ntfs_arch
         }
         _cleanup_free_ struct xr *x = calloc(1, sizeof *x);
         _cleanup_(a_freep) struct archive *a = archive_read_new();
-        if (!x || !a) {
+        _cleanup_(builder_freep) ntfs_builder *b = NULL;
+        if (!x || !a || ntfs_builder_new(st, &b) < 0) {
                 set_why(why, whylen, "out of memory");
                 return -ENOMEM;
         }
         x->st = st;
+        x->b = b;
         x->a = a;
         x->prog = prog;
         x->why = why;
@@ -1113,40 +803,23 @@ int ntfs_archive_import(ntfs_store *st, const char *name, const struct ntfs_arch
                 locale_leave(&lg);
                 return r;
         }
-
-        char tmp[64];
-        tmp_name(tmp, sizeof tmp);
-        r = ntfs_session_create(st, tmp, NULL, NULL);
-        if (r < 0) {
-                locale_leave(&lg);
-                set_why(why, whylen, "cannot create a session: %s", ntfs_strerror(r));
-                return r;
-        }
         int64_t t0 = ntfs_mono_ns();
-        r = ntfs_ws_open(st, tmp, &x->ws);
-        if (r < 0)
-                set_why(why, whylen, "cannot open the new session: %s", ntfs_strerror(r));
-        else
-                r = import_all(x);
+        r = import_all(x);
         locale_leave(&lg);
-        free(x->dirs);
-        x->dirs = NULL;
-        if (x->ws) {
-                ntfs_ws_close(x->ws);
-                x->ws = NULL;
-        }
-        ntfs_hash head;
-        bool changed;
         int64_t t1 = ntfs_mono_ns();
-        if (r == 0 && (r = ntfs_checkpoint(st, tmp, message ? message : "import", NULL, &head, &changed)) < 0)
-                set_why(why, whylen, "cannot checkpoint the import: %s", ntfs_strerror(r));
-        log_debug("archive: import %s: entries %.3f s, checkpoint %.3f s", name, (double)(t1 - t0) / 1e9,
+        ntfs_hash head;
+        if (r == 0) {
+                /* the trees, one commit and the session: nothing before this is referenced */
+                r = ntfs_builder_commit(b, name, message ? message : "import", &head);
+                if (r == -NTFS_ESESSEXISTS)
+                        set_why(why, whylen, "session '%s' exists", name);
+                else if (r == -EAGAIN)
+                        set_why(why, whylen, "objects of the import were collected while it ran (gc); import again");
+                else if (r < 0)
+                        set_why(why, whylen, "cannot commit the import: %s", ntfs_strerror(r));
+        }
+        log_debug("archive: import %s: entries %.3f s, commit %.3f s", name, (double)(t1 - t0) / 1e9,
                   (double)(ntfs_mono_ns() - t1) / 1e9);
-        if (r == 0 && (r = ntfs_fork(st, tmp, name, &head)) < 0)
-                set_why(why, whylen, "cannot create session '%s': %s", name, ntfs_strerror(r));
-        int er = ntfs_session_end(st, tmp);
-        if (er < 0)
-                log_warn("archive: cannot end the temporary session %s: %s", tmp, ntfs_strerror(er));
         if (r < 0)
                 return r;
         if (ret_head)

@@ -96,11 +96,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 check(n == 0, "a failed import left a session behind");
         } else {
                 check(n == 1, "a successful import did not leave exactly one session");
-                ntfs_ws *ws = NULL;
-                check(ntfs_ws_open(fst, name, &ws) == 0, "open the imported session");
+                ntfs_hash at;
+                check(ntfs_resolve(fst, name, &at, NULL, 0) == 0, "resolve the imported session");
                 size_t bytes = 0;
-                rc = ntfs_archive_export(ws, NTFS_ARCHIVE_TAR, null_sink, &bytes, NULL, why, sizeof why);
-                ntfs_ws_close(ws);
+                rc = ntfs_archive_export(fst, &at, NTFS_ARCHIVE_TAR, null_sink, &bytes, NULL, why, sizeof why);
                 check(rc == 0 && bytes > 0, "the imported session does not export");
                 check(ntfs_session_end(fst, name) == 0, "session end");
         }

@@ -1138,6 +1138,12 @@ static void *accept_thread(void *arg) {
                         }
                         continue;
                 }
+                /* Streamed responses (archive export) go out in 256 KiB writes:
+                 * a send buffer of several of them lets the handler run ahead of
+                 * the reader instead of waking up every ~100 KiB (capped by
+                 * net.core.wmem_max; failure is harmless). */
+                int sndbuf = 4 << 20;
+                (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
                 struct ucred uc;
                 socklen_t ul = sizeof uc;
                 if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &ul) < 0) {

@@ -17,6 +17,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,7 @@ static struct ntfs_archive_limits dlimits;
 
 #define MAX_OPS 64
 #define OP_ID_MAX 64
+#define FIFO_WAIT_MS 30000 /* an import from a pipe waits this long for its writer */
 
 struct op {
         bool used;
@@ -144,6 +146,10 @@ static int resolve_ref(const char *ref, ntfs_hash *ret, char *why, size_t whylen
 /* ---- export ------------------------------------------------------------------------------- */
 
 struct export_ctx {
+        ntfs_hash commit;
+        /* A read-only view of the commit, held only as a gc root while the
+         * export streams (nothing is read through it: the export walks the
+         * commit's objects, ntfs_tree_walk). */
         ntfs_ws *view;
         enum ntfs_archive_format fmt;
         struct op *op;
@@ -170,7 +176,7 @@ static int export_stream(void *ctx, ntfs_http_stream *out) {
         char why[512] = "";
         int64_t t0 = ntfs_mono_ns();
         struct ntfs_archive_progress *p = c->op ? &c->op->prog : &c->local;
-        int r = ntfs_archive_export(c->view, c->fmt, sink_http, out, p, why, sizeof why);
+        int r = ntfs_archive_export(D.st, &c->commit, c->fmt, sink_http, out, p, why, sizeof why);
         if (r < 0)
                 log_warn("export of %s failed: %s", c->label, why[0] ? why : ntfs_strerror(r));
         else
@@ -217,6 +223,7 @@ static int h_export(void *ud, const ntfs_http_request *req, ntfs_http_response *
         if (!c)
                 return ntfs_http_error(resp, -ENOMEM, "out of memory");
         c->fmt = fmt;
+        c->commit = h;
         snprintf(c->label, sizeof c->label, "%s@%s (%s)", name, sid, ntfs_archive_format_name(fmt));
         if ((r = ntfs_ws_open_view(D.st, hex, &c->view)) < 0) {
                 free(c);
@@ -305,6 +312,33 @@ static int open_for_peer(const ntfs_http_request *req, const char *path, int *re
         if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
                 snprintf(why, whylen, "cannot set up '%s': %s", path, strerror(errno));
                 return -errno;
+        }
+        /* A pipe read before its writer opened it reads as empty (EOF): wait
+         * (bounded) until the writer's first bytes or its close arrive. */
+        if (S_ISFIFO(sb.st_mode)) {
+                struct pollfd pfd = { .fd = fd, .events = POLLIN };
+                int64_t deadline = ntfs_mono_ns() + FIFO_WAIT_MS * 1000000LL;
+                int pr;
+                for (;;) {
+                        int64_t left = (deadline - ntfs_mono_ns()) / 1000000LL;
+                        if (left <= 0) {
+                                pr = 0;
+                                break;
+                        }
+                        pr = poll(&pfd, 1, (int)NTFS_MIN(left, 1000));
+                        if (pr < 0 && errno == EINTR)
+                                continue;
+                        if (pr != 0)
+                                break;
+                }
+                if (pr < 0) {
+                        snprintf(why, whylen, "cannot wait for '%s': %s", path, strerror(errno));
+                        return -errno;
+                }
+                if (pr == 0) {
+                        snprintf(why, whylen, "nothing wrote to the pipe '%s' within %d s", path, FIFO_WAIT_MS / 1000);
+                        return -NTFS_EBADREQ;
+                }
         }
         *ret = TAKE_FD(cfd);
         return 0;

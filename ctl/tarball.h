@@ -1,22 +1,25 @@
 /* SPDX-License-Identifier: MIT
  * tarball.h — workspaces to and from tar archives, through libarchive.
  *
- * Export walks a workspace handle (normally a read-only view of one commit,
- * ntfs_ws_open_view(), so the archive is a consistent commit whatever else
- * writes to the session meanwhile) and streams a pax archive to a sink in
- * bounded memory: file data goes through one 256 KiB buffer, never a whole
- * file; the archive's bytes leave in blocks of at most 256 KiB. What is kept
- * per entry is the directory listing being walked and, for files with more
- * than one link, the first path (hard links are written as links).
+ * Export reads one commit straight from its objects (ntfs_tree_walk():
+ * no view, no working state, nothing written to the store, so the archive
+ * is that commit whatever else writes to the session meanwhile) and
+ * streams a pax archive to a sink in bounded memory: file data goes
+ * through one 64 KiB chunk at a time (ntfs_file_read_chunks()), never a
+ * whole file; the archive's bytes leave in blocks of at most 256 KiB. What
+ * is kept is the trees on the current path and, per hard-link group, the
+ * first path (hard links are written as links).
  *
  * Import reads any tar (ustar, pax, GNU, v7), cpio or zip archive, plain or
  * compressed with gzip, bzip2, xz, lzma, zstd, lz4 or compress (libarchive's
  * own decoders: no external program is ever started; mtree and "raw" are
  * not enabled because they can name host files), and builds a NEW session
- * whose first commit is the archive's content. The session is built under a
- * temporary name (NTFS_ARCHIVE_TMP_PREFIX...) and forked to its final name
- * only when the whole archive was read and checkpointed; on any failure the
- * temporary session is ended, so nothing is left behind. Refused, with the
+ * whose first commit is the archive's content, with the store's tree
+ * builder (ntfs_builder_*: chunks hashed and stored once as they stream
+ * in, the directory structure in memory, one commit at the end). Nothing
+ * refers to what it stored until the commit, which creates the session in
+ * the same durable step: on any failure there is no session (the objects
+ * stored so far are left to gc). Refused, with the
  * error and the message below:
  *   -NTFS_EDENIED    an absolute path, a ".." component, an entry whose path
  *                    (or a hard link's target) goes through a symlink, a
@@ -28,6 +31,8 @@
  *                    path or link target too long, a path under a file,
  *                    a hard link to nothing, an xattr the store refuses
  *   -NTFS_ESESSEXISTS / -NTFS_EINVALNAME for the session name
+ *   -EAGAIN          a gc ran during the import and took objects it had
+ *                    stored (nothing is left; import again)
  *   store errors (-ENOSPC, -EIO ...) as they come.
  *
  * Preserved both ways: regular files, directories (empty ones too),
@@ -55,8 +60,9 @@
 
 #define NTFS_ARCHIVE_DEFAULT_MAX_ENTRIES 1000000ull
 #define NTFS_ARCHIVE_DEFAULT_MAX_BYTES (64ull << 30)
-/* Session names starting with this are an import in progress; ntfsd ends
- * the ones a crash left behind (ntfs_archive_cleanup). */
+/* Session names starting with this are reserved: imports before the tree
+ * builder made their session under such a name first; ntfsd ends the ones
+ * a crash left behind (ntfs_archive_cleanup). */
 #define NTFS_ARCHIVE_TMP_PREFIX ".import-"
 
 enum ntfs_archive_format {
@@ -87,14 +93,14 @@ void ntfs_archive_progress_get(const struct ntfs_archive_progress *p, struct ntf
  * which stops the export and is returned by it. */
 typedef int (*ntfs_archive_sink)(void *ud, const void *buf, size_t len);
 
-/* Writes the tree of ws (a view or a session's working state; borrowed)
- * as an archive of format fmt to sink. Entry names are "./", "./a",
+/* Writes the tree of commit (in st) as an archive of format fmt to sink. Entry names are "./", "./a",
  * "./a/b" (the root directory first, its attributes included), in
  * byte order of the names within each directory, so the same commit
  * gives the same archive bytes (uncompressed and zstd; gzip adds no time
  * either). Sockets are skipped (tar cannot hold them). prog may be NULL. */
-int ntfs_archive_export(ntfs_ws *ws, enum ntfs_archive_format fmt, ntfs_archive_sink sink, void *ud,
-                        struct ntfs_archive_progress *prog, char *why, size_t whylen);
+int ntfs_archive_export(ntfs_store *st, const ntfs_hash *commit, enum ntfs_archive_format fmt,
+                        ntfs_archive_sink sink, void *ud, struct ntfs_archive_progress *prog, char *why,
+                        size_t whylen);
 
 struct ntfs_archive_limits {
         uint64_t max_entries; /* 0: NTFS_ARCHIVE_DEFAULT_MAX_ENTRIES */
@@ -116,8 +122,9 @@ int ntfs_archive_import(ntfs_store *st, const char *name, const struct ntfs_arch
                         const struct ntfs_archive_limits *lim, const char *message,
                         struct ntfs_archive_progress *prog, ntfs_hash *ret_head, char *why, size_t whylen);
 
-/* Ends the temporary sessions of imports a crash interrupted. Call once at
- * startup, before any import runs. Returns how many were ended. */
+/* Ends temporary ".import-*" sessions that a crash of an older ntfsd left
+ * (imports no longer make them). Call once at startup. Returns how many
+ * were ended. */
 int ntfs_archive_cleanup(ntfs_store *st);
 
 #endif

@@ -648,7 +648,7 @@ static uint64_t max_linkid(ntfs_store *st, const ntfs_hash *links) {
         return e.linkid;
 }
 
-static int new_session_at(ntfs_store *st, const char *name, const ntfs_hash *commit, const char *op) {
+int new_session_at(ntfs_store *st, const char *name, const ntfs_hash *commit, const char *op) {
         struct commit_obj c;
         int r = commit_load(st, commit, &c);
         if (r < 0)
@@ -672,7 +672,7 @@ static int new_session_at(ntfs_store *st, const char *name, const ntfs_hash *com
         return sess_put(st, name, &sr);
 }
 
-static int name_free(ntfs_store *st, const char *name) {
+int name_free(ntfs_store *st, const char *name) {
         if (!ntfs_name_valid(name))
                 return -NTFS_EINVALNAME;
         MDB_val v;

@@ -216,5 +216,10 @@ void ino_from_entry(const struct tree_entry *e, struct ino_rec *r);
 int ws_serialize(ntfs_store *st, uint64_t wsid, const ntfs_hash *old_links, struct tree_entry *ret_root,
                  ntfs_hash *ret_links);
 int ws_replace_state(ntfs_store *st, const char *name, struct sess_rec *r, const ntfs_hash *commit);
+/* A new session name at commit (lock held; op names the reflog entry);
+ * name_free: -NTFS_EINVALNAME / -NTFS_ESESSEXISTS unless name is free for
+ * a session. (Used by fs/import.c too.) */
+int new_session_at(ntfs_store *st, const char *name, const ntfs_hash *commit, const char *op);
+int name_free(ntfs_store *st, const char *name);
 
 #endif

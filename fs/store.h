@@ -342,4 +342,123 @@ int ntfs_object_refs(const void *data, size_t len, int (*cb)(const ntfs_hash *, 
 int ntfs_object_walk(ntfs_store *st, const ntfs_hash *commit,
                      int (*cb)(const ntfs_hash *h, const void *data, size_t len, void *ud), void *ud);
 
+/* ==== tree walk and tree builder (fs/treewalk.c, fs/import.c) ============
+ *
+ * Direct access to a commit's objects for bulk export and import (archives,
+ * ctl/archive.c): no working state, no inode records, nothing written by a
+ * walk. docs/store.md ("Bulk export and import") has the design.
+ */
+
+/* One entry of a commit's tree, as ntfs_tree_walk() reports it. Pointers
+ * are valid during the callback only. */
+struct ntfs_walk_entry {
+        const char *path;   /* "" for the root, else "a/b/c" (no leading or trailing slash) */
+        const char *name;   /* the last component ("" for the root) */
+        int depth;          /* 0 for the root */
+        uint32_t mode, uid, gid, nlink;
+        uint64_t size;      /* regular files and symlinks (target length); 0 otherwise */
+        uint64_t rdev;      /* character and block devices; 0 otherwise */
+        int64_t mtime_ns;
+        uint64_t linkid;    /* != 0: a hard-link group; every name of the group has the same id */
+        ntfs_hash content;  /* tree, file object or symlink blob; zero for the others */
+        ntfs_hash xattr;    /* xattr set (ntfs_xattr_read); zero: none */
+        const char *target; /* symlinks: the target, NUL-terminated; NULL otherwise */
+};
+
+/* Walks the tree of commit depth-first, parents before children, the
+ * children of each directory in byte order of their names, starting with
+ * the root ("" path). cb returns 0 to go on (and into a directory), 1 to
+ * skip a directory's children, or a negative error that stops the walk and
+ * is returned. The store lock is taken only to copy one tree object (or
+ * symlink target) out, never across a callback; memory is the trees on the
+ * current path plus the commit's link table. Nothing is written.
+ * -NTFS_ENOREF: commit is not a commit; -NTFS_ECORRUPT: a missing or bad
+ * object; -ELOOP: deeper than 4096 levels. */
+int ntfs_tree_walk(ntfs_store *st, const ntfs_hash *commit, int (*cb)(const struct ntfs_walk_entry *e, void *ud),
+                   void *ud);
+
+/* Streams the content of file object file chunk by chunk (64 KiB, the
+ * last one shorter; holes as zeros), in order: cb gets the bytes (valid
+ * during the call), their offset, and returns 0 or a negative error that
+ * stops and is returned. The lock is held per chunk while the chunk is
+ * copied out, never across cb. Memory: one chunk. */
+int ntfs_file_read_chunks(ntfs_store *st, const ntfs_hash *file,
+                          int (*cb)(const void *data, size_t len, uint64_t off, void *ud), void *ud);
+
+/* Calls cb for each (name, value) of the xattr set xattr, in name order.
+ * name is NUL-terminated; both valid during the call. A zero hash: no
+ * calls. */
+int ntfs_xattr_read(ntfs_store *st, const ntfs_hash *xattr,
+                    int (*cb)(const char *name, const void *value, size_t len, void *ud), void *ud);
+
+/* ---- the tree builder: a new commit straight from a stream of entries ----
+ *
+ * Lifecycle: ntfs_builder_new(), any number of add/set calls, then
+ * ntfs_builder_commit() once (success or not), then ntfs_builder_free()
+ * (always; NULL is accepted). Not thread-safe: one thread per builder;
+ * several builders may run at once on one store.
+ *
+ * The directory structure lives in memory (a name and a tree entry per
+ * entry); file content goes to the store as it arrives: each 64 KiB chunk
+ * is hashed once (outside the store lock) and put as a blob unless the
+ * store has it, so content ids are identical to what a checkpoint of the
+ * same files makes. Nothing refers to those objects until the commit (gc
+ * may take them; the commit checks that every object it names is present,
+ * else -EAGAIN). On any failure nothing is referenced and no session is
+ * made.
+ *
+ * Paths: "a/b/c", components separated by one '/', no "." or "..", no
+ * empty component; "" is the root (ntfs_builder_add_dir only). -EINVAL
+ * otherwise. Like tar: missing parent directories are made (0755, the
+ * entry's owner, mtime = now); an entry replaces what is at its path (a
+ * directory over a directory keeps the children and takes the new
+ * attributes; a non-empty directory cannot be replaced: -ENOTEMPTY). A
+ * parent that is a symlink is refused (-NTFS_EDENIED: the builder never
+ * goes through one), a parent that is not a directory is -ENOTDIR. After
+ * an error, ntfs_builder_error_path() names the path (or path prefix) it
+ * is about. Times are ns since the epoch; modes carry permission bits
+ * (07777) and, for add_node, the type. */
+typedef struct ntfs_builder ntfs_builder;
+
+int ntfs_builder_new(ntfs_store *st, ntfs_builder **ret);
+void ntfs_builder_free(ntfs_builder *b);
+const char *ntfs_builder_error_path(const ntfs_builder *b);
+
+int ntfs_builder_add_dir(ntfs_builder *b, const char *path, uint32_t mode, uint32_t uid, uint32_t gid,
+                         int64_t mtime_ns);
+/* A fifo, socket or device node (mode carries the type; rdev for devices). */
+int ntfs_builder_add_node(ntfs_builder *b, const char *path, uint32_t mode, uint64_t rdev, uint32_t uid,
+                          uint32_t gid, int64_t mtime_ns);
+/* target: 1..4095 bytes (-ENAMETOOLONG, -EINVAL). */
+int ntfs_builder_add_symlink(ntfs_builder *b, const char *path, const char *target, uint32_t uid, uint32_t gid,
+                             int64_t mtime_ns);
+/* A new name for the file (or fifo, symlink ...) at target: both names
+ * share content and attributes (a hard-link group). -ENOENT: no target;
+ * -EPERM: target is a directory; a path that already names the target is
+ * left as it is. */
+int ntfs_builder_add_hardlink(ntfs_builder *b, const char *path, const char *target);
+
+/* A regular file: begin, write its data in increasing offsets (gaps are
+ * holes), end with its size (>= the end of the data: a trailing hole).
+ * With NTFS_BUILD_REWRITE and an existing regular file at path, its
+ * content and attributes are replaced in place (its other hard links see
+ * the new content). Only one file is open at a time: another add call
+ * while one is open is -EBUSY. */
+enum { NTFS_BUILD_REWRITE = 1 << 0 };
+int ntfs_builder_file_begin(ntfs_builder *b, const char *path, uint32_t mode, uint32_t uid, uint32_t gid,
+                            int64_t mtime_ns, unsigned flags);
+/* off must be >= the end of the previous write (-EINVAL). */
+int ntfs_builder_file_write(ntfs_builder *b, const void *data, size_t len, uint64_t off);
+int ntfs_builder_file_end(ntfs_builder *b, uint64_t size);
+
+/* Sets (replaces) an xattr of the entry at path. name 1..255 bytes,
+ * value <= 64 KiB (-EINVAL, -E2BIG). */
+int ntfs_builder_set_xattr(ntfs_builder *b, const char *path, const char *name, const void *value, size_t len);
+
+/* Stores the trees, the link table and one commit (no parent, message,
+ * session name), then creates session name at it (ref change durable;
+ * -NTFS_ESESSEXISTS / -NTFS_EINVALNAME). ret_head may be NULL. */
+int ntfs_builder_commit(ntfs_builder *b, const char *session, const char *message, ntfs_hash *ret_head);
+/* ==== end of tree walk and tree builder =================================== */
+
 #endif

@@ -260,6 +260,32 @@ def test_export_is_deterministic_and_reads_the_commit_asked_for(daemon, scratch)
     assert r.returncode == 2
 
 
+def test_import_stores_what_a_checkpoint_stores(daemon, scratch):
+    """Content ids are the store's: importing the export of a tree that was
+    written through a mount and checkpointed adds exactly one object, the
+    new commit. Every tree, file object, chunk, symlink blob, xattr set and
+    the link table are the checkpoint's own (same bytes, same ids)."""
+    daemon.ok("session", "new", "w")
+    mp = os.path.join(scratch, "w")
+    os.makedirs(mp)
+    daemon.ok("mount", "w", mp)
+    make_tree(os.path.join(mp, "t"))
+    daemon.ok("checkpoint", "w", "-m", "through the mount")
+    daemon.ok("umount", mp)
+    a = os.path.join(scratch, "a.tar")
+    daemon.ok("export", "w", a)
+    before = daemon.jok("status")["objects"]
+    daemon.ok("import", "copy", a)
+    after = daemon.jok("status")["objects"]
+    assert after - before == 1, f"the import stored {after - before} objects, not just its commit"
+    # and the copy exports to the same bytes
+    b = os.path.join(scratch, "b.tar")
+    daemon.ok("export", "copy", b)
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        assert fa.read() == fb.read()
+    daemon.fsck_clean()
+
+
 def test_stdin_stdout_and_raw_body(daemon, scratch):
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as t:

@@ -74,15 +74,14 @@ static int mem_sink(void *ud, const void *buf, size_t len) {
 }
 
 static int export_ref(ntfs_store *st, const char *ref, enum ntfs_archive_format fmt, struct mem *m) {
-        ntfs_ws *v;
-        int r = ntfs_ws_open_view(st, ref, &v);
+        ntfs_hash h;
+        int r = ntfs_resolve(st, ref, &h, NULL, 0);
         if (r < 0)
                 return r;
         char why[512];
-        r = ntfs_archive_export(v, fmt, mem_sink, m, NULL, why, sizeof why);
+        r = ntfs_archive_export(st, &h, fmt, mem_sink, m, NULL, why, sizeof why);
         if (r < 0)
                 printf("# export: %s\n", why);
-        ntfs_ws_close(v);
         return r;
 }
 
@@ -189,11 +188,10 @@ TEST(sink_error_stops_export) {
         build_tree(st);
         struct mem m = { .fail_after = 1 };
         char why[256] = "";
-        ntfs_ws *v;
-        ASSERT_OK(ntfs_ws_open_view(st, "src", &v));
-        ASSERT_ERR(ntfs_archive_export(v, NTFS_ARCHIVE_TAR, mem_sink, &m, NULL, why, sizeof why), -EPIPE);
+        ntfs_hash h;
+        ASSERT_OK(ntfs_resolve(st, "src", &h, NULL, 0));
+        ASSERT_ERR(ntfs_archive_export(st, &h, NTFS_ARCHIVE_TAR, mem_sink, &m, NULL, why, sizeof why), -EPIPE);
         ASSERT(strstr(why, "receiver"));
-        ntfs_ws_close(v);
         free(m.buf);
         close_store(st);
 }
