@@ -226,17 +226,21 @@ int jail_cgroup_create(struct jail_cgroup *cg, const char *name, uint64_t memory
         return 0;
 }
 
-int jail_cgroup_enter(const struct jail_cgroup *cg) {
+int jail_cgroup_attach(const struct jail_cgroup *cg, pid_t pid) {
+        char v[32];
+        snprintf(v, sizeof v, "%d", (int)pid);
         const char *dirs[] = { cg->v2, cg->v1_memory, cg->v1_pids, cg->v1_cpu };
         for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
                 if (!dirs[i])
                         continue;
-                int r = write_str(dirs[i], "cgroup.procs", "0");
+                int r = write_str(dirs[i], "cgroup.procs", v);
                 if (r < 0)
                         return r;
         }
         return 0;
 }
+
+int jail_cgroup_enter(const struct jail_cgroup *cg) { return jail_cgroup_attach(cg, 0); }
 
 static void kill_listed(const char *dir) {
         _cleanup_free_ char *procs = NULL;

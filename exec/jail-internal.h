@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "exec/jail.h"
 
@@ -69,6 +70,9 @@ int jail_cgroup_create(struct jail_cgroup *cg, const char *name, uint64_t memory
                        unsigned cpu_percent);
 /* Moves the calling process into every directory of cg. */
 int jail_cgroup_enter(const struct jail_cgroup *cg);
+/* Moves process pid (of the caller's pid namespace; 0: the caller) into
+ * every directory of cg. Its children forked afterwards are born there. */
+int jail_cgroup_attach(const struct jail_cgroup *cg, pid_t pid);
 /* SIGKILLs every process still in cg (v2 cgroup.kill, v1 by listing procs). */
 void jail_cgroup_kill(const struct jail_cgroup *cg);
 /* True when the memory controller recorded an OOM kill in this run. */

@@ -40,7 +40,9 @@ struct ntfs_jail_spec {
         const char *workspace;   /* host directory bound at /workspace (required) */
         bool workspace_ro;       /* bind it read-only (bash_read) */
         int net;                 /* NTFS_JAIL_NET_* */
-        const char *command;     /* bash source, run as bash -c (required) */
+        const char *command;     /* bash source, run as bash -c, or exec'd directly
+                                  * with the same result when it needs no shell
+                                  * (docs/jail.md, "Direct exec") (required) */
         const char *state_in;    /* blob from a previous result's state_out, or NULL */
         uint64_t timeout_ms;     /* wall clock; 0 = helper default (60 s) */
         size_t output_limit;     /* per stream; 0 = helper default (1 MiB) */

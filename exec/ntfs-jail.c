@@ -4,15 +4,20 @@
  *   ntfs-jail --workspace DIR [--ro] [--net none|loopback] [--timeout SEC]
  *             [--output-limit BYTES] [--memory BYTES] [--pids N] [--cpu PERCENT]
  *             [--tmp-size BYTES] [--as BYTES] [--env K=V]... [--state-in FILE|-]
- *             [--state-out FILE] [--proxy-socket PATH [--proxy-port N]] [--json] -- COMMAND...
+ *             [--state-out FILE] [--proxy-socket PATH [--proxy-port N]] [--json] [--no-direct]
+ *             -- COMMAND...
  *   ntfs-jail --probe
  *
  * Three processes:
- *   P0 (this one, host side): cgroup, pipes, timeout, output capture, report.
- *   P1 (pid 1 of the new pid namespace): builds the root, drops every
- *      privilege, forks P2, reaps orphans, forwards signals, and sends P2's
- *      status and the saved shell state back to P0.
- *   P2: setsid, fds, environment, caps, no_new_privs, seccomp, exec bash.
+ *   P0 (this one, host side): pipes; while P1 builds the root, the cgroup
+ *      (P1 moved into it) and the seccomp filter as BPF, sent to P1 as its
+ *      "go"; then timeout, output capture, report.
+ *   P1 (pid 1 of the new pid namespace): builds the root, waits for the go,
+ *      drops every privilege, forks P2, reaps orphans, forwards signals, and
+ *      sends P2's status and the saved shell state back to P0.
+ *   P2: setsid, fds, environment, caps, no_new_privs, seccomp, then exec of
+ *      the command's program when it needs no shell (plain_words), else bash.
+ * NTFS_JAIL_TRACE=1 in the environment prints each phase's time (trace()).
  *   P3 (only with --proxy-socket): the egress forwarder, forked by P1 after
  *      the caps are gone: accepts on 127.0.0.1:PORT of the jail's network
  *      namespace and relays each connection (one child each) to the host's
@@ -25,6 +30,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
 #include <linux/securebits.h>
 #include <net/if.h>
 #include <poll.h>
@@ -36,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/pidfd.h>
 #include <sys/prctl.h>
@@ -71,12 +78,33 @@ struct opts {
         const char *proxy_socket; /* host path of the egress proxy's Unix socket */
         unsigned proxy_port;
         char *command;
+        char **direct; /* the command's words when it needs no shell (plain_words), else NULL */
+        bool no_direct; /* --no-direct: always through bash */
 };
 
 /* ------------------------------------------------------------------------ */
 /* P1 and P2: failures go to the status pipe ('E' + message), then _exit.   */
 
 static int report_fd = -1;
+
+/* NTFS_JAIL_TRACE=1: each phase's CLOCK_MONOTONIC offset from the helper's
+ * start, one line each on the helper's stderr (P0, P1, P2 until its fds are
+ * closed). For measuring; off by default and never in the daemon's runs
+ * (ntfsd spawns the helper with an empty environment). */
+static int trace_fd = -1;
+static int64_t trace_t0;
+
+static void trace(const char *what) {
+        if (trace_fd < 0)
+                return;
+        char line[128];
+        int n = snprintf(line, sizeof line, "ntfs-jail trace: %-6d %-28s %8.3f ms\n", (int)getpid(), what,
+                         (double)(ntfs_mono_ns() - trace_t0) / 1e6);
+        if (n > 0) {
+                ssize_t w = write(trace_fd, line, NTFS_MIN((size_t)n, sizeof line - 1));
+                (void)w;
+        }
+}
 
 static void write_all(int fd, const void *p, size_t n) {
         const char *c = p;
@@ -92,6 +120,10 @@ static void write_all(int fd, const void *p, size_t n) {
         }
 }
 
+/* P0 shares the filter builder with the children: when it fails there,
+ * p0_fail ends the jail and reports like any P0 error. */
+static void (*p0_fail)(const char *msg);
+
 static _Noreturn __attribute__((format(printf, 1, 2))) void die_child(const char *fmt, ...) {
         int e = errno;
         char msg[1024];
@@ -106,6 +138,10 @@ static _Noreturn __attribute__((format(printf, 1, 2))) void die_child(const char
         if (e)
                 l += (size_t)snprintf(msg + l, sizeof msg - l, ": %s", strerror(e));
         l = NTFS_MIN(l, sizeof msg - 1);
+        if (p0_fail) {
+                msg[l] = 0;
+                p0_fail(msg + 1);
+        }
         if (report_fd >= 0)
                 write_all(report_fd, msg, l);
         _exit(EXIT_SETUP);
@@ -197,6 +233,7 @@ static void build_root(const struct opts *o, int ws_fd) {
                 mirror_host(host, tops[i]);
         }
 
+        trace("p1 root: system dirs");
         CHECK(mkdir("etc", 0755), "mkdir etc");
         make_file("etc/passwd", etc_passwd, 0644);
         make_file("etc/group", etc_group, 0644);
@@ -238,6 +275,7 @@ static void build_root(const struct opts *o, int ws_fd) {
          * empty regular file on the (soon read-only) root: reads see
          * nothing, writes fail with EROFS (a /dev/null cover would take
          * writes silently). */
+        trace("p1 root: etc ws tmp run");
         make_file(".masked", "", 0444);
         CHECK(mkdir("proc", 0555), "mkdir proc");
         CHECK(mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL), "mount /proc");
@@ -276,6 +314,7 @@ static void build_root(const struct opts *o, int ws_fd) {
                                true);
         }
 
+        trace("p1 root: proc");
         /* A minimal /dev: bound host nodes, a private devpts, read-only. */
         CHECK(mkdir("dev", 0755), "mkdir dev");
         CHECK(mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"),
@@ -300,6 +339,7 @@ static void build_root(const struct opts *o, int ws_fd) {
         CHECK(symlink("/tmp", "dev/shm"), "symlink shm");
         set_mount_attr("dev", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false);
 
+        trace("p1 root: dev");
         /* Into the new root; the old one is detached, not just hidden. */
         CHECK(syscall(SYS_pivot_root, ".", "."), "pivot_root");
         CHECK(umount2(".", MNT_DETACH), "detach old root");
@@ -430,12 +470,222 @@ static scmp_filter_ctx build_filter(void) {
         return ctx;
 }
 
+/* ---- direct exec --------------------------------------------------------
+ * bash costs a start-up and the epilogue that saves the shell state. A
+ * command that cannot change that state and needs nothing of the shell is
+ * execve'd directly instead: a plain sequence of words made only of
+ * characters no shell treats specially (so no quoting, expansion, globbing,
+ * redirection, assignment, list or comment can be in it), whose first word
+ * is not a builtin or keyword (those run inside the shell: cd, export, ...).
+ * `true` and `false` without arguments are the exception: their programs do
+ * exactly what the builtins do. Anything else goes through bash, as does a
+ * direct command whose program cannot be exec'd (bash then reports it as it
+ * would: "command not found", a script without #!, ...). */
+#define DIRECT_WORDS_MAX 256
+
+static bool plain_char(unsigned char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               strchr("_./:,+=@%-", c) != NULL;
+}
+
+static bool shell_word(const char *w) {
+        static const char *const words[] = {
+                /* bash 5.2: compgen -b */
+                ".", ":", "[", "alias", "bg", "bind", "break", "builtin", "caller", "cd", "command", "compgen",
+                "complete", "compopt", "continue", "declare", "dirs", "disown", "echo", "enable", "eval", "exec",
+                "exit", "export", "false", "fc", "fg", "getopts", "hash", "help", "history", "jobs", "kill", "let",
+                "local", "logout", "mapfile", "popd", "printf", "pushd", "pwd", "read", "readarray", "readonly",
+                "return", "set", "shift", "shopt", "source", "suspend", "test", "times", "trap", "true", "type",
+                "typeset", "ulimit", "umask", "unalias", "unset", "wait",
+                /* compgen -k */
+                "if", "then", "else", "elif", "fi", "case", "esac", "for", "select", "while", "until", "do", "done",
+                "in", "function", "time", "{", "}", "!", "[[", "]]", "coproc",
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(words); i++)
+                if (strcmp(w, words[i]) == 0)
+                        return true;
+        return false;
+}
+
+/* The NULL-terminated words of cmd when it can run without a shell, else
+ * NULL (also when out of memory: bash is always correct). The array has one
+ * more slot past the NULL, which holds the buffer the words point into;
+ * plain_words_free frees both. */
+static char **plain_words(const char *cmd) {
+        size_t n = 0;
+        for (const unsigned char *p = (const unsigned char *)cmd; *p; p++) {
+                if (*p == ' ' || *p == '\t')
+                        continue;
+                if (!plain_char(*p))
+                        return NULL;
+                if (p == (const unsigned char *)cmd || p[-1] == ' ' || p[-1] == '\t')
+                        n++;
+        }
+        if (n == 0 || n > DIRECT_WORDS_MAX)
+                return NULL;
+        char **w = calloc(n + 2, sizeof *w);
+        char *copy = strdup(cmd);
+        if (!w || !copy) {
+                free(w);
+                free(copy);
+                return NULL;
+        }
+        size_t k = 0;
+        for (char *save = NULL, *t = strtok_r(copy, " \t", &save); t && k < n; t = strtok_r(NULL, " \t", &save))
+                w[k++] = t;
+        w[n + 1] = copy;
+        bool ok = k == n && !strchr(w[0], '=');
+        if (ok && shell_word(w[0]))
+                ok = n == 1 && (strcmp(w[0], "true") == 0 || strcmp(w[0], "false") == 0);
+        if (!ok) {
+                free(copy);
+                free(w);
+                return NULL;
+        }
+        return w;
+}
+
+static void plain_words_free(char **w) {
+        if (!w)
+                return;
+        size_t n = 0;
+        while (w[n])
+                n++;
+        free(w[n + 1]);
+        free(w);
+}
+
+/* P2, after seccomp: execve the direct command's program the way bash
+ * would find it (a word with '/' as is, else each absolute directory of
+ * the PATH the command will see), with the variables bash adds for a
+ * program it runs (PWD, SHLVL, _). *direct_ran is a page shared with P1:
+ * set across each execve, so after a successful one P1 knows the command
+ * ran without the shell. Returns when nothing could be exec'd, or an error
+ * other than "not there"; the caller then runs it through bash. */
+static void exec_direct(char *const *words, char **env, const char *cwd, volatile int *direct_ran) {
+        size_t n = 0;
+        const char *path = "";
+        for (; env[n]; n++)
+                if (strncmp(env[n], "PATH=", 5) == 0)
+                        path = env[n] + 5;
+        static char pwd[PATH_MAX + 8], under[PATH_MAX + 8];
+        snprintf(pwd, sizeof pwd, "PWD=%s", cwd);
+        env[n] = pwd;
+        env[n + 1] = (char *)"SHLVL=1";
+        env[n + 2] = under;
+        env[n + 3] = NULL;
+        char prog[PATH_MAX];
+        const char *p = path;
+        for (;;) {
+                if (strchr(words[0], '/')) {
+                        if (snprintf(prog, sizeof prog, "%s", words[0]) >= (int)sizeof prog)
+                                return;
+                } else {
+                        size_t l = strcspn(p, ":");
+                        /* An empty or relative PATH entry means the cwd: bash's business. */
+                        if (l == 0 || p[0] != '/' || l + 1 + strlen(words[0]) >= sizeof prog)
+                                return;
+                        memcpy(prog, p, l);
+                        prog[l] = '/';
+                        memcpy(prog + l + 1, words[0], strlen(words[0]) + 1);
+                        p += l;
+                }
+                snprintf(under, sizeof under, "_=%s", prog);
+                *direct_ran = 1;
+                execve(prog, words, env);
+                *direct_ran = 0;
+                if (strchr(words[0], '/') || (errno != ENOENT && errno != ENOTDIR && errno != EACCES &&
+                                              errno != ELOOP && errno != ENAMETOOLONG))
+                        return;
+                if (*p != ':')
+                        return;
+                p++;
+        }
+}
+
+/* P0: the filter as a raw BPF program (struct sock_filter[]), built while
+ * P1 builds the root and sent to it; P2 and P3 load it with seccomp(2),
+ * which is what seccomp_load() does with the same program. */
+#define FILTER_MAX (64 * 1024)
+
+static void export_filter(struct jbuf *ret) {
+        scmp_filter_ctx ctx = build_filter();
+        int mfd = memfd_create("ntfs-jail-bpf", MFD_CLOEXEC);
+        if (mfd < 0) {
+                seccomp_release(ctx);
+                die_child("memfd_create");
+        }
+        int r = seccomp_export_bpf(ctx, mfd);
+        seccomp_release(ctx);
+        off_t n = r < 0 ? -1 : lseek(mfd, 0, SEEK_END);
+        if (r < 0 || n <= 0 || n > FILTER_MAX || n % (off_t)sizeof(struct sock_filter)) {
+                close(mfd);
+                errno = r < 0 ? -r : EPROTO;
+                die_child("seccomp_export_bpf");
+        }
+        uint32_t len = (uint32_t)n;
+        char buf[FILTER_MAX];
+        size_t got = 0;
+        while (got < len) {
+                ssize_t k = pread(mfd, buf + got, len - got, (off_t)got);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0) {
+                        close(mfd);
+                        die_child("read back the filter");
+                }
+                got += (size_t)k;
+        }
+        close(mfd);
+        if (jbuf_put(ret, "G", 1) < 0 || jbuf_put(ret, &len, sizeof len) < 0 || jbuf_put(ret, buf, len) < 0) {
+                errno = ENOMEM;
+                die_child("filter");
+        }
+}
+
+struct filter {
+        struct sock_filter insns[FILTER_MAX / sizeof(struct sock_filter)];
+        unsigned short len;
+};
+
+static int read_full(int fd, void *p, size_t n) {
+        char *c = p;
+        while (n > 0) {
+                ssize_t k = read(fd, c, n);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        return -1;
+                c += k;
+                n -= (size_t)k;
+        }
+        return 0;
+}
+
+/* P1: waits for P0's go (the run's cgroup holds P1 now) and the filter. */
+static void receive_filter(int fd, struct filter *f) {
+        char tag;
+        uint32_t len;
+        errno = 0;
+        if (read_full(fd, &tag, 1) < 0 || tag != 'G' || read_full(fd, &len, sizeof len) < 0 || len == 0 ||
+            len > FILTER_MAX || len % sizeof(struct sock_filter) || read_full(fd, f->insns, len) < 0)
+                die_child("no filter from the helper");
+        f->len = (unsigned short)(len / sizeof(struct sock_filter));
+}
+
+static int load_filter(const struct filter *f) {
+        struct sock_fprog prog = { .len = f->len, .filter = (struct sock_filter *)f->insns };
+        return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog);
+}
+
 /* ---- P1 / P2 ------------------------------------------------------------- */
 
 struct child_args {
         const struct opts *o;
         const struct jail_state *state;
         int out_w, err_w;
+        char cwd[PATH_MAX];      /* P1 -> P2: the absolute cwd P1 entered for it */
+        volatile int *direct_ran; /* shared page: P2 exec'd the command without bash */
 };
 
 static volatile sig_atomic_t main_pid;
@@ -472,7 +722,7 @@ static bool is_stale_proxy_var(const char *kv) {
 
 /* envp: fixed base, then the saved state, then --env; later names win. */
 static char **build_env(const struct opts *o, const struct jail_state *st) {
-        size_t cap = 16 + st->n_vars + o->n_env, n = 0;
+        size_t cap = 16 + 4 + st->n_vars + o->n_env, n = 0; /* 4: exec_direct's */
         char **env = calloc(cap + 1, sizeof *env);
         if (!env) {
                 errno = ENOMEM;
@@ -528,9 +778,10 @@ static const char save_prefix[] =
         "done <" STATE_FILE ".names; } >" STATE_FILE " 2>/dev/null; return $__ntfs_rc; }; "
         "trap __ntfs_jail_save EXIT; ";
 
-static _Noreturn void run_p2(const struct child_args *a, scmp_filter_ctx ctx, char **env, const char *script,
+static _Noreturn void run_p2(const struct child_args *a, const struct filter *filter, char **env, const char *script,
                              int err_w, int devnull) {
         report_fd = err_w;
+        trace("p2 start");
         /* 1. A new session: no controlling terminal to inject into. */
         CHECK(setsid(), "setsid");
         sigset_t none;
@@ -543,12 +794,13 @@ static _Noreturn void run_p2(const struct child_args *a, scmp_filter_ctx ctx, ch
         CHECK(dup2(err_w, 3), "error pipe");
         CHECK(fcntl(3, F_SETFD, FD_CLOEXEC), "error pipe cloexec");
         report_fd = 3;
-        CHECK(close_range(4, ~0U, 0), "close fds");
-        /* 3. Working directory from the saved state. */
-        char cwd[PATH_MAX];
-        int n = snprintf(cwd, sizeof cwd, "/workspace/%s", a->state->cwd);
-        if (n < 0 || (size_t)n >= sizeof cwd || chdir(cwd) < 0)
-                CHECK(chdir("/workspace"), "chdir /workspace");
+        trace("p2 fds");
+        if (trace_fd >= 5) { /* close-on-exec: the command never sees it */
+                CHECK(close_range(4, (unsigned)trace_fd - 1, 0), "close fds");
+                CHECK(close_range((unsigned)trace_fd + 1, ~0U, 0), "close fds");
+        } else
+                CHECK(close_range(4, ~0U, 0), "close fds");
+        /* 3. The working directory from the saved state: P1 entered it. */
         /* rlimits (lowering needs no capability). */
         struct rlimit rl;
         rl = (struct rlimit){ 0, 0 };
@@ -565,6 +817,7 @@ static _Noreturn void run_p2(const struct child_args *a, scmp_filter_ctx ctx, ch
                 rl.rlim_cur = rl.rlim_max = a->o->as_bytes;
                 CHECK(setrlimit(RLIMIT_AS, &rl), "RLIMIT_AS");
         }
+        trace("p2 rlimits");
         /* 4. Capabilities: P1 dropped them before the fork; make sure. */
         verify_no_caps();
         /* 5. no_new_privs: fatal if it does not stick. */
@@ -573,12 +826,12 @@ static _Noreturn void run_p2(const struct child_args *a, scmp_filter_ctx ctx, ch
                 errno = 0;
                 die_child("no_new_privs did not stick");
         }
+        trace("p2 caps checked, nnp");
         /* 6. seccomp, last: nothing after it but execve. */
-        int r = seccomp_load(ctx);
-        if (r < 0) {
-                errno = -r;
-                die_child("seccomp_load");
-        }
+        CHECK(load_filter(filter), "seccomp filter");
+        trace("p2 seccomp loaded");
+        if (a->o->direct)
+                exec_direct(a->o->direct, env, a->cwd, a->direct_ran);
         char *argv[] = { (char *)"bash", (char *)"--noprofile", (char *)"--norc", (char *)"-c", (char *)script, NULL };
         execve("/bin/bash", argv, env);
         die_child("execve /bin/bash");
@@ -640,7 +893,7 @@ static _Noreturn void relay_one(int client, const char *upath) {
 
 /* Keeps only lfd (as 3) and the socket's directory (as 4); accepts forever.
  * It dies with the pid namespace when P1 exits. */
-static _Noreturn void run_forwarder(int lfd, int dirfd, const char *name, scmp_filter_ctx ctx) {
+static _Noreturn void run_forwarder(int lfd, int dirfd, const char *name, const struct filter *filter) {
         report_fd = -1;
         /* Out of the way first, so neither dup2 below clobbers the other. */
         int l = fcntl(lfd, F_DUPFD_CLOEXEC, 64), d = fcntl(dirfd, F_DUPFD_CLOEXEC, 64);
@@ -651,7 +904,7 @@ static _Noreturn void run_forwarder(int lfd, int dirfd, const char *name, scmp_f
         char upath[sizeof(((struct sockaddr_un *)0)->sun_path)];
         if (snprintf(upath, sizeof upath, "/proc/self/fd/4/%s", name) >= (int)sizeof upath)
                 _exit(1);
-        if (seccomp_load(ctx) < 0)
+        if (load_filter(filter) < 0)
                 _exit(1);
         for (;;) {
                 int c = accept4(3, NULL, NULL, SOCK_CLOEXEC);
@@ -670,9 +923,44 @@ static _Noreturn void run_forwarder(int lfd, int dirfd, const char *name, scmp_f
         }
 }
 
-static _Noreturn void run_p1(const struct child_args *a, int status_w, const struct jail_cgroup *cg) {
+/* The raw state record (as the shell epilogue writes it) of a command that
+ * ran without the shell: it could not change the state, so it is the one
+ * the command started with, exported variables in bash's (sorted) order. */
+static int cmp_env(const void *x, const void *y) {
+        const char *a = *(const char *const *)x, *b = *(const char *const *)y;
+        size_t la = strcspn(a, "="), lb = strcspn(b, "=");
+        int c = memcmp(a, b, NTFS_MIN(la, lb));
+        return c ? c : (la > lb) - (la < lb);
+}
+
+static size_t env_count(char *const *env) {
+        size_t n = 0;
+        while (env[n])
+                n++;
+        return n;
+}
+
+static int direct_state_raw(const char *cwd, char **env, struct jbuf *b) {
+        size_t n = env_count(env);
+        qsort(env, n, sizeof *env, cmp_env);
+        int r = jbuf_printf(b, "cwd=%s", cwd);
+        if (r >= 0)
+                r = jbuf_put(b, "", 1);
+        for (size_t i = 0; r >= 0 && i < n; i++) {
+                r = jbuf_printf(b, "env=%s", env[i]);
+                if (r >= 0)
+                        r = jbuf_put(b, "", 1);
+        }
+        return r;
+}
+
+static struct filter g_filter; /* P1, inherited by P2 and P3 */
+
+/* go_r: P0 sends 'G' and the filter once P1 is in the run's cgroup. */
+static _Noreturn void run_p1(struct child_args *a, int status_w, int go_r) {
         report_fd = status_w;
         const struct opts *o = a->o;
+        trace("p1 start");
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         /* The caller's stdio stays with P0: init reports through status_w. */
         int hostnull = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -681,9 +969,8 @@ static _Noreturn void run_p1(const struct child_args *a, int status_w, const str
         for (int fd = 0; fd < 3; fd++)
                 CHECK(dup2(hostnull, fd), "stdio of init");
         close(hostnull);
-        CHECK(jail_cgroup_enter(cg), "join cgroup");
-        CHECK(unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP),
-              "unshare namespaces");
+        CHECK(unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare namespaces");
+        trace("p1 unshared");
         /* Opened in the new mount namespace (a bind source must belong to
          * it) and before /tmp is covered by the new root. */
         _cleanup_close_ int ws = open(o->workspace, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -708,6 +995,7 @@ static _Noreturn void run_p1(const struct child_args *a, int status_w, const str
                         die_child("proxy socket directory %s", dl ? dir : "/");
         }
         build_root(o, ws);
+        trace("p1 root built");
         close(TAKE_FD(ws)); /* it pointed into the old, now detached, root */
         CHECK(sethostname("ntfs-jail", 9), "sethostname");
         if (o->net == NTFS_JAIL_NET_LOOPBACK || o->proxy_socket)
@@ -730,7 +1018,7 @@ static _Noreturn void run_p1(const struct child_args *a, int status_w, const str
         if (devnull < 0)
                 die_child("open /dev/null");
 
-        scmp_filter_ctx ctx = build_filter();
+        trace("p1 net, devnull");
         char **env = build_env(o, a->state);
         size_t sl = sizeof save_prefix + strlen(o->command) + 1;
         char *script = malloc(sl);
@@ -740,20 +1028,56 @@ static _Noreturn void run_p1(const struct child_args *a, int status_w, const str
         }
         snprintf(script, sl, "%s%s", save_prefix, o->command);
 
+        /* Nothing is forked before P0 has put this process in the run's
+         * cgroup (it does that, and builds the filter, while this one
+         * builds the root): every process of the command is born there.
+         * The cgroup namespace is made after the move, so the run's cgroup
+         * is its root, as before. */
+        receive_filter(go_r, &g_filter);
+        close(go_r);
+        CHECK(unshare(CLONE_NEWCGROUP), "unshare the cgroup namespace");
+        trace("p1 go from p0");
         drop_caps();
         CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs (init)");
         CHECK(prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "not dumpable");
+        trace("p1 caps dropped");
 
         if (o->proxy_socket) {
                 pid_t p3 = fork();
                 if (p3 < 0)
                         die_child("fork the proxy forwarder");
                 if (p3 == 0)
-                        run_forwarder(proxy_l, proxy_dir, proxy_name, ctx);
+                        run_forwarder(proxy_l, proxy_dir, proxy_name, &g_filter);
                 close(TAKE_FD(proxy_l));
                 close(TAKE_FD(proxy_dir));
         }
 
+        /* The working directory from the saved state, entered with P2's
+         * credentials (the caps are gone): P2 inherits it. */
+        int cn = snprintf(a->cwd, sizeof a->cwd, "/workspace%s%s", a->state->cwd[0] ? "/" : "", a->state->cwd);
+        if (cn < 0 || (size_t)cn >= sizeof a->cwd || chdir(a->cwd) < 0) {
+                snprintf(a->cwd, sizeof a->cwd, "/workspace");
+                CHECK(chdir("/workspace"), "chdir /workspace");
+        }
+        /* What to report as the state if P2 runs the command without bash:
+         * built now, as hide_cmdline() blanks the --env strings env points to. */
+        struct jbuf direct_raw = { 0 };
+        if (o->direct) {
+                a->direct_ran = mmap(NULL, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+                if (a->direct_ran == MAP_FAILED)
+                        die_child("mmap");
+                char **copy = calloc(env_count(env) + 1, sizeof *copy);
+                if (!copy) {
+                        errno = ENOMEM;
+                        die_child("state");
+                }
+                memcpy(copy, env, env_count(env) * sizeof *copy);
+                if (direct_state_raw(a->cwd, copy, &direct_raw) < 0) {
+                        errno = ENOMEM;
+                        die_child("state");
+                }
+                free(copy);
+        }
         int ep[2];
         CHECK(pipe2(ep, O_CLOEXEC), "error pipe");
         pid_t p2 = fork();
@@ -761,7 +1085,7 @@ static _Noreturn void run_p1(const struct child_args *a, int status_w, const str
                 die_child("fork");
         if (p2 == 0) {
                 close(ep[0]);
-                run_p2(a, ctx, env, script, ep[1], devnull);
+                run_p2(a, &g_filter, env, script, ep[1], devnull);
         }
         main_pid = p2;
         hide_cmdline();
@@ -769,7 +1093,6 @@ static _Noreturn void run_p1(const struct child_args *a, int status_w, const str
         close(TAKE_FD(devnull));
         close(a->out_w);
         close(a->err_w);
-        seccomp_release(ctx);
         free(env);
         free(script);
 
@@ -793,6 +1116,7 @@ static _Noreturn void run_p1(const struct child_args *a, int status_w, const str
                         break;
         }
         close(ep[0]);
+        trace("p1 p2 exec'd");
         if (el > 0) {
                 kill(p2, SIGKILL);
                 write_all(status_w, emsg, el); /* already 'E'-prefixed */
@@ -814,12 +1138,14 @@ static _Noreturn void run_p1(const struct child_args *a, int status_w, const str
                         break;
                 }
         }
+        trace("p1 p2 exited");
 
         /* The saved shell state, if the epilogue ran. */
         char hdr[6] = { 'R' };
         memcpy(hdr + 1, &wstatus, sizeof wstatus);
         hdr[5] = 0;
-        _cleanup_close_ int sf = open(STATE_FILE, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        bool direct = a->direct_ran && *a->direct_ran;
+        _cleanup_close_ int sf = direct ? -1 : open(STATE_FILE, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
         struct stat st;
         char *raw = NULL;
         ssize_t rl = 0;
@@ -837,10 +1163,18 @@ static _Noreturn void run_p1(const struct child_args *a, int status_w, const str
                 rl = (ssize_t)got;
                 hdr[5] = 1;
         }
+        /* Without the shell the state is the one the command started with,
+         * whatever it may have written to the state file itself. */
+        if (direct) {
+                raw = TAKE_PTR(direct_raw.p);
+                rl = (ssize_t)direct_raw.len;
+                hdr[5] = 1;
+        }
         write_all(status_w, hdr, sizeof hdr);
         if (raw)
                 write_all(status_w, raw, (size_t)rl);
         free(raw);
+        free(direct_raw.p);
         _exit(0);
 }
 
@@ -869,6 +1203,7 @@ static void usage(void) {
               "                 [--output-limit BYTES] [--memory BYTES] [--pids N] [--cpu PERCENT]\n"
               "                 [--tmp-size BYTES] [--as BYTES] [--fsize BYTES] [--env K=V]...\n"
               "                 [--state-in FILE|-] [--state-out FILE] [--json] [--die-with-parent]\n"
+              "                 [--no-direct]\n"
               "                 [--proxy-socket PATH [--proxy-port N]]\n"
               "                 -- COMMAND...\n"
               "       ntfs-jail --probe\n",
@@ -912,6 +1247,8 @@ static void parse_args(int argc, char **argv, struct opts *o) {
                         o->probe = true;
                 else if (strcmp(a, "--die-with-parent") == 0)
                         o->die_with_parent = true;
+                else if (strcmp(a, "--no-direct") == 0)
+                        o->no_direct = true;
                 else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
                         usage();
                 else {
@@ -989,6 +1326,8 @@ static void parse_args(int argc, char **argv, struct opts *o) {
         if (b.len > NTFS_JAIL_COMMAND_MAX || memchr(b.p, 0, b.len))
                 die(o, "command too long");
         o->command = b.p;
+        if (!o->no_direct)
+                o->direct = plain_words(o->command);
 }
 
 static int probe(void) {
@@ -1030,11 +1369,28 @@ static bool stream_read(struct stream *s) {
         return true;
 }
 
+/* P0's state for p0_failed: a failure after the clone ends P1 first. */
+static struct p0_ctx {
+        const struct opts *o;
+        pid_t p1;
+        struct jail_cgroup *cg;
+} g_p0;
+
+static _Noreturn void p0_failed(const char *msg) {
+        p0_fail = NULL;
+        kill(g_p0.p1, SIGKILL);
+        while (waitpid(g_p0.p1, NULL, 0) < 0 && errno == EINTR)
+                ;
+        jail_cgroup_destroy(g_p0.cg);
+        die(g_p0.o, "%s", msg);
+}
+
 static volatile sig_atomic_t got_signal;
 static void on_signal(int sig) { got_signal = sig; }
 
 int main(int argc, char **argv) {
         struct opts o;
+        trace_t0 = ntfs_mono_ns();
         g_argv = argv;
         g_argc = argc;
         parse_args(argc, argv, &o);
@@ -1059,8 +1415,12 @@ int main(int argc, char **argv) {
                 die(&o, "PR_SET_PDEATHSIG: %s", strerror(errno));
         /* Nothing of the caller's but stdin/stdout/stderr goes further. */
         close_range(3, ~0U, 0);
+        if (getenv("NTFS_JAIL_TRACE"))
+                trace_fd = fcntl(2, F_DUPFD_CLOEXEC, 100);
+        trace("args parsed");
 
         struct jail_state state = { 0 };
+        struct jail_cgroup cg = { 0 };
         if (o.state_in) {
                 _cleanup_free_ char *blob = NULL;
                 size_t bl = 0;
@@ -1073,15 +1433,11 @@ int main(int argc, char **argv) {
         }
         if (!state.cwd && !(state.cwd = strdup("")))
                 die(&o, "out of memory");
+        trace("state read");
 
-        char cgname[96];
-        snprintf(cgname, sizeof cgname, "ntfs-jail-%d-%lld", (int)getpid(), (long long)ntfs_mono_ns());
-        struct jail_cgroup cg;
-        if (jail_cgroup_create(&cg, cgname, o.memory, o.pids, o.cpu) < 0)
-                die(&o, "cgroup setup failed");
-
-        int outp[2], errp[2], stp[2];
-        if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 || pipe2(stp, O_CLOEXEC) < 0)
+        int outp[2], errp[2], stp[2], gop[2];
+        if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 || pipe2(stp, O_CLOEXEC) < 0 ||
+            pipe2(gop, O_CLOEXEC) < 0)
                 die(&o, "pipe: %s", strerror(errno));
 
 
@@ -1094,7 +1450,6 @@ int main(int argc, char **argv) {
         pid_t p1 = (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, NULL, NULL, NULL, NULL);
         if (p1 < 0) {
                 int e = errno;
-                jail_cgroup_destroy(&cg);
                 die(&o, "clone into a new pid namespace: %s%s", strerror(e),
                     e == EPERM ? " (ntfs-jail needs root)" : "");
         }
@@ -1107,12 +1462,37 @@ int main(int argc, char **argv) {
                 close(outp[0]);
                 close(errp[0]);
                 close(stp[0]);
+                close(gop[1]);
                 struct child_args a = { .o = &o, .state = &state, .out_w = outp[1], .err_w = errp[1] };
-                run_p1(&a, stp[1], &cg);
+                run_p1(&a, stp[1], gop[0]);
         }
+        trace("p1 cloned");
         close(outp[1]);
         close(errp[1]);
         close(stp[1]);
+        close(gop[0]);
+        /* While P1 builds the root: the run's cgroup, P1 moved into it,
+         * and the seccomp filter; then P1 may go on. */
+        g_p0 = (struct p0_ctx){ .o = &o, .p1 = p1, .cg = &cg };
+        p0_fail = p0_failed;
+        char cgname[96];
+        snprintf(cgname, sizeof cgname, "ntfs-jail-%d-%lld", (int)getpid(), (long long)ntfs_mono_ns());
+        if (jail_cgroup_create(&cg, cgname, o.memory, o.pids, o.cpu) < 0)
+                p0_failed("cgroup setup failed");
+        trace("cgroup created");
+        int cr = jail_cgroup_attach(&cg, p1);
+        if (cr < 0) {
+                errno = -cr;
+                die_child("join cgroup");
+        }
+        trace("p1 moved into the cgroup");
+        struct jbuf go = { 0 };
+        export_filter(&go);
+        trace("filter built");
+        write_all(gop[1], go.p, go.len); /* P1 gone: EPIPE, and its report says why */
+        free(go.p);
+        close(gop[1]);
+        p0_fail = NULL;
         int pidfd = pidfd_open(p1, 0);
         if (pidfd < 0) {
                 kill(p1, SIGKILL);
@@ -1168,11 +1548,13 @@ int main(int argc, char **argv) {
                 kill(p1, SIGKILL);
                 waitpid(p1, &p1_status, 0);
         }
+        trace("p1 reaped, pipes drained");
         int64_t duration = ntfs_mono_ns() - t0;
         bool oom = jail_cgroup_oom(&cg);
         bool lim_mem = cg.memory, lim_pids = cg.pids, lim_cpu = cg.cpu;
         int cg_version = cg.version;
         jail_cgroup_destroy(&cg);
+        trace("cgroup destroyed");
         close(pidfd);
         close(out.fd);
         close(err.fd);
@@ -1274,7 +1656,9 @@ int main(int argc, char **argv) {
         free(out.buf.p);
         free(err.buf.p);
         free(stat.buf.p);
+        trace("report written");
         free(o.command);
+        plain_words_free(o.direct);
         jail_state_release(&state);
         (void)p1_status;
         return rc;

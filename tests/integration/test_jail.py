@@ -13,6 +13,7 @@ import ctypes
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -73,7 +74,10 @@ def leftover_cgroups():
                 pid = name.split("-")[2]
                 if pid.isdigit() and os.path.exists(f"/proc/{pid}"):
                     continue
-                found.add(d)
+                # another helper may have removed it and exited between the
+                # listing and the pid check: only a directory still there leaks
+                if os.path.isdir(d):
+                    found.add(d)
     return found
 
 
@@ -660,3 +664,96 @@ def test_probe_reports_limits():
     assert set(caps) == {"cgroup_version", "memory", "pids", "cpu", "userns", "seccomp"}
     if os.path.exists("/sys/fs/cgroup/memory/memory.limit_in_bytes"):
         assert caps["cgroup_version"] == 1 and caps["memory"] and caps["pids"]
+
+
+# ============================================ direct exec (no shell needed)
+# A plain command (words without shell syntax, not a builtin) is exec'd
+# without bash; everything else goes through bash. Both must behave alike.
+
+def _parent_pid(ws, command, *flags):
+    res = jail(ws, command, *flags)
+    return re.findall(r"PPid:\s*(\d+)", res["stdout"])
+
+
+def test_plain_command_runs_without_a_shell(ws):
+    # exec'd straight from the jail's init (pid 1): no bash in between
+    assert _parent_pid(ws, "grep PPid /proc/self/status") == ["1"]
+    # --no-direct, and anything with shell syntax, runs under bash (pid 2)
+    assert _parent_pid(ws, "grep PPid /proc/self/status", "--no-direct") == ["2"]
+    assert _parent_pid(ws, "grep 'PPid' /proc/self/status") == ["2"]
+    # the defences hold on the direct path too
+    res = jail(ws, "cat /proc/self/status")
+    assert "NoNewPrivs:\t1" in res["stdout"] and "Seccomp:\t2" in res["stdout"]
+    assert "CapEff:\t0000000000000000" in res["stdout"] and "CapBnd:\t0000000000000000" in res["stdout"]
+
+
+@pytest.mark.parametrize("command", [
+    "grep PPid /proc/self/status #comment", "grep PPid /proc/self/stat[u]s", "grep PPid /proc/self/stat?s",
+    "grep PPid ~/../proc/self/status", "grep PPid /proc/self/{status,status}", "grep PPid $HOME/../proc/self/status",
+    "grep PPid `echo /proc/self/status`", "grep PPid $(echo /proc/self/status)", "X=1 grep PPid /proc/self/status",
+    "command grep PPid /proc/self/status", "grep PPid /proc/self/status > /dev/stdout",
+    "grep PPid /proc/self/status; true", "grep PPid /proc/self/status && true", "grep PPid /proc/self/status | cat",
+    "grep 'PPid' /proc/self/status", 'grep "PPid" /proc/self/status', "grep PPid\\: /proc/self/status",
+    "true\ngrep PPid /proc/self/status", "time grep PPid /proc/self/status", "! grep PPid /proc/self/status",
+    "(grep PPid /proc/self/status)", "{ grep PPid /proc/self/status; }", "grep PPid /proc/self/status < /dev/null",
+])
+def test_shell_syntax_goes_through_bash(ws, command):
+    ppids = _parent_pid(ws, command)
+    assert ppids and "1" not in ppids, (command, ppids)
+
+
+SAME_EITHER_WAY = [
+    # plain: direct
+    "true", "false", "ls -a", "printenv HOME PATH PWD SHLVL", "/bin/echo a  b", "nosuchcommand x",
+    "./noexec.sh", "./sub", "cat nofile", "ls sub", "id -u", "env",
+    # shell syntax or builtins: bash either way
+    "echo $HOME", "echo ~", "ls *.txt", "echo 'a  b'", "true; echo two", "X=1 printenv X",
+    "cd sub && pwd", "export Y=2", "echo a > /dev/null", "type ls", "pwd", "kill -0 1",
+]
+
+
+def test_direct_and_shell_paths_agree(ws, tmp_path):
+    (ws / "a.txt").write_text("")
+    (ws / "sub").mkdir()
+    (ws / "noexec.sh").write_text("echo from a script without a shebang\n")
+    (ws / "noexec.sh").chmod(0o755)
+    st = tmp_path / "st"
+    st.write_text("ntfs-jail-state 1\ncwd \nenv FOO=bar\\x20baz\n")
+    for cmd in SAME_EITHER_WAY:
+        a = jail(ws, cmd, "--state-in", str(st), "--env", "E=1")
+        b = jail(ws, cmd, "--state-in", str(st), "--env", "E=1", "--no-direct")
+        if cmd == "env":  # same variables; the order is the shell's own
+            a["stdout"] = sorted(a["stdout"].splitlines())
+            b["stdout"] = sorted(b["stdout"].splitlines())
+        for k in ("exit_code", "stdout", "stderr", "state"):
+            assert a[k] == b[k], (cmd, k, a[k], b[k])
+
+
+def test_state_carried_across_direct_and_shell_calls(ws, tmp_path):
+    (ws / "sub").mkdir()
+    st = tmp_path / "st"
+    def run(cmd):
+        res = jail(ws, cmd, "--state-in", str(st), "--state-out", str(st))
+        assert res["exit_code"] == 0, (cmd, res)
+        return res["stdout"]
+    st.write_text("")
+    assert run("cd sub && export A=1") == ""                       # bash
+    before = st.read_text()
+    assert run("/bin/pwd") == "/workspace/sub\n"                     # direct
+    assert run("printenv A") == "1\n"                                # direct
+    assert st.read_text() == before                                  # the state stays as it was
+    assert run("export B=2; cd ..") == ""                            # bash
+    assert run("printenv A B PWD") == "1\n2\n/workspace\n"           # direct
+    assert run("echo $A$B") == "12\n"                                # bash
+
+
+def test_direct_command_cannot_forge_the_state(ws, tmp_path):
+    # A plain command writing the shell's state file itself does not set the
+    # state: without the shell, the state is the one the command started with.
+    (ws / "sub").mkdir()
+    (ws / "forged").write_bytes(b"cwd=/workspace/sub\0env=FORGED=1\0")
+    st = tmp_path / "st"
+    st.write_text("ntfs-jail-state 1\ncwd \nenv KEEP=1\n")
+    res = jail(ws, "cp /workspace/forged /run/ntfs-state", "--state-in", str(st))
+    assert res["exit_code"] == 0, res
+    assert "FORGED" not in res["state"] and "\ncwd \n" in res["state"] and "env KEEP=1\n" in res["state"]

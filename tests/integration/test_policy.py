@@ -138,6 +138,26 @@ def test_shell_state_carries_between_calls(pdaemon):
     d.healthy()
 
 
+def test_shell_state_carries_across_direct_and_shell_calls(pdaemon):
+    # Plain commands run without bash (docs/jail.md, "Direct exec"); the
+    # daemon's saved state must carry through them unchanged.
+    d = pdaemon()
+    d.ok("session", "new", "p")
+    b = body(exec_(d, "p", "mkdir -p sub && cd sub && export A=1"))
+    assert b["exit_code"] == 0, b
+    b = body(exec_(d, "p", "printenv A PWD", tool="bash_read"))             # direct
+    assert b["stdout"] == "1\n/workspace/sub\n", b
+    b = body(exec_(d, "p", "touch made-directly"))                          # direct, read-write
+    assert b["exit_code"] == 0 and b.get("changed") is True, b
+    b = body(exec_(d, "p", "ls", tool="bash_read"))                          # direct: still in sub
+    assert b["stdout"] == "made-directly\n", b
+    b = body(exec_(d, "p", "touch nope", tool="bash_read"))                  # direct, read-only
+    assert b["exit_code"] == 1 and "Read-only file system" in b["stderr"], b
+    b = body(exec_(d, "p", "echo $A; pwd", tool="bash_read"))                # bash again
+    assert b["stdout"] == "1\n/workspace/sub\n", b
+    d.healthy()
+
+
 def test_timeout_and_exit_codes(pdaemon):
     d = pdaemon()
     d.ok("session", "new", "p")
