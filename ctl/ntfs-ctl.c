@@ -1487,14 +1487,17 @@ static int cmd_api(struct ctx *c, const struct cmd *cmd, struct args *a) {
 
 /* ---- export / import (archives; docs/archive.md) ------------------------------ */
 
-/* A progress bar on stderr, fed by polling GET /v1/archive/progress/ID from
- * its own thread (with its own client: a client is not thread-safe). Drawn
- * only when stderr is a terminal. */
+/* A progress bar on stderr, fed by polling GET /v1/archive/progress/ID (or,
+ * for remote transfers, GET /v1/transfers/ID) from its own thread (with its
+ * own client: a client is not thread-safe). Drawn only when stderr is a
+ * terminal. */
 struct progress_bar {
         const char *socket;
         char id[40];
-        const char *verb; /* "exporting" | "importing" */
+        const char *verb; /* "exporting" | "importing" | "pushing" ... */
+        const char *route; /* the polled path, without the id */
         bool by_stream;   /* import: the fraction is archive bytes read */
+        bool remote;      /* a push/pull/clone: bytes, objects and packs */
         pthread_t thread;
         bool started;
         int stop;         /* atomic */
@@ -1551,6 +1554,43 @@ static void progress_draw(struct progress_bar *pb, const json_t *p) {
         pb->drawn = true;
 }
 
+/* push/pull/clone: bytes, objects and packs done of their totals. */
+static void progress_draw_remote(struct progress_bar *pb, const json_t *p) {
+        json_int_t bytes = 0, tbytes = 0, objs = 0, tobjs = 0, packs = 0, tpacks = 0;
+        jint(p, "bytes", &bytes);
+        jint(p, "total_bytes", &tbytes);
+        jint(p, "objects", &objs);
+        jint(p, "total_objects", &tobjs);
+        jint(p, "packs", &packs);
+        jint(p, "total_packs", &tpacks);
+        bool final = json_is_true(json_object_get(p, "totals_final"));
+        json_t *ev = json_object_get(p, "elapsed");
+        double elapsed = json_is_number(ev) ? json_number_value(ev) : 0;
+        char hb[32], ht[32], rate[32], eta[32], bar[32];
+        human_bytes((uint64_t)bytes, hb, sizeof hb);
+        double r = elapsed > 0.2 ? (double)bytes / elapsed : 0;
+        human_bytes((uint64_t)r, rate, sizeof rate);
+        if (!final) {
+                fprintf(stderr, "\r\033[K%s %s  %lld objects  %lld packs  %s/s", pb->verb, hb, (long long)objs,
+                        (long long)packs, rate);
+        } else {
+                double frac = tbytes > 0 ? (double)bytes / (double)tbytes : 1;
+                if (frac > 1)
+                        frac = 1;
+                int width = 24, fill = (int)(frac * width);
+                for (int i = 0; i < width; i++)
+                        bar[i] = i < fill ? '#' : '.';
+                bar[width] = 0;
+                human_bytes((uint64_t)tbytes, ht, sizeof ht);
+                fmt_duration(r > 0 ? ((double)tbytes - (double)bytes) / r : -1, eta, sizeof eta);
+                fprintf(stderr, "\r\033[K%s [%s] %3d%% %s/%s  %lld/%lld objects  %lld/%lld packs  %s/s  ETA %s",
+                        pb->verb, bar, (int)(frac * 100), hb, ht, (long long)objs, (long long)tobjs,
+                        (long long)packs, (long long)tpacks, rate, eta);
+        }
+        fflush(stderr);
+        pb->drawn = true;
+}
+
 static void *progress_main(void *arg) {
         struct progress_bar *pb = arg;
         ntfs_client *cl = NULL;
@@ -1558,7 +1598,7 @@ static void *progress_main(void *arg) {
                 return NULL;
         ntfs_client_set_timeout(cl, 2000);
         char path[96];
-        snprintf(path, sizeof path, "/v1/archive/progress/%s", pb->id);
+        snprintf(path, sizeof path, "%s%s", pb->route, pb->id);
         while (!__atomic_load_n(&pb->stop, __ATOMIC_ACQUIRE)) {
                 for (int i = 0; i < 5 && !__atomic_load_n(&pb->stop, __ATOMIC_ACQUIRE); i++) {
                         struct timespec ts = { 0, 50 * 1000000L };
@@ -1567,8 +1607,12 @@ static void *progress_main(void *arg) {
                 if (__atomic_load_n(&pb->stop, __ATOMIC_ACQUIRE))
                         break;
                 json_t *p = NULL;
-                if (ntfs_client_call(cl, "GET", path, NULL, &p, NULL, 0) == 0 && p)
-                        progress_draw(pb, p);
+                if (ntfs_client_call(cl, "GET", path, NULL, &p, NULL, 0) == 0 && p) {
+                        if (pb->remote)
+                                progress_draw_remote(pb, p);
+                        else
+                                progress_draw(pb, p);
+                }
                 json_decref(p);
         }
         ntfs_client_free(cl);
@@ -1576,8 +1620,11 @@ static void *progress_main(void *arg) {
 }
 
 /* Starts the bar when stderr is a terminal; pb->id is then the id to send. */
-static void progress_start(struct progress_bar *pb, struct ctx *c, const char *verb, bool by_stream, bool quiet) {
-        *pb = (struct progress_bar){ .socket = c->socket, .verb = verb, .by_stream = by_stream };
+static void progress_start_at(struct progress_bar *pb, struct ctx *c, const char *verb, const char *route,
+                              bool by_stream, bool remote, bool quiet) {
+        *pb = (struct progress_bar){
+                .socket = c->socket, .verb = verb, .route = route, .by_stream = by_stream, .remote = remote
+        };
         if (quiet || !isatty(STDERR_FILENO))
                 return;
         uint8_t rnd[8];
@@ -1589,6 +1636,10 @@ static void progress_start(struct progress_bar *pb, struct ctx *c, const char *v
         pb->started = pthread_create(&pb->thread, NULL, progress_main, pb) == 0;
         if (!pb->started)
                 pb->id[0] = 0;
+}
+
+static void progress_start(struct progress_bar *pb, struct ctx *c, const char *verb, bool by_stream, bool quiet) {
+        progress_start_at(pb, c, verb, "/v1/archive/progress/", by_stream, false, quiet);
 }
 
 static void progress_stop(struct progress_bar *pb) {
@@ -2061,23 +2112,44 @@ static int cmd_remote_rm(struct ctx *c, const struct cmd *cmd, struct args *a) {
         return r;
 }
 
-static int remote_call(struct ctx *c, const char *path, json_t *body, json_t **ret) {
-        int r = call_full(c, "POST", path, body, REMOTE_TIMEOUT_MS, ret, NULL, false);
+/* A push/pull/clone: POST with a progress bar on a terminal (not with
+ * --quiet or --json). body is consumed. */
+static int remote_call(struct ctx *c, const struct cmd *cmd, struct args *a, const char *verb, const char *path,
+                       json_t *body, json_t **ret) {
+        struct progress_bar pb;
+        progress_start_at(&pb, c, verb, "/v1/transfers/", false, true, has_flag(cmd, a, "quiet") || c->json);
+        int r = 0;
+        if (pb.id[0] && set_str(body, "progress", pb.id) < 0)
+                r = oom(c);
+        if (r == 0)
+                r = call_full(c, "POST", path, body, REMOTE_TIMEOUT_MS, ret, NULL, false);
+        progress_stop(&pb);
         json_decref(body);
         return r;
 }
 
+static void print_tags(const json_t *j, const char *what) {
+        const json_t *t = json_object_get(j, "tags");
+        if (!json_array_size(t))
+                return;
+        printf("  tags %s:", what);
+        size_t i;
+        json_t *o;
+        json_array_foreach(t, i, o)
+                printf(" %s", jstr(o, "name", "-"));
+        printf("\n");
+}
+
 static int cmd_push(struct ctx *c, const struct cmd *cmd, struct args *a) {
-        if (has_flag(cmd, a, "tags"))
-                return usage_error(cmd, "--tags is not supported yet");
         _cleanup_free_ char *path = session_path(a->pos[0], "/push");
         json_t *body = json_object();
-        if (!path || !body || (a->npos > 1 && set_str(body, "remote", a->pos[1]) < 0)) {
+        if (!path || !body || (a->npos > 1 && set_str(body, "remote", a->pos[1]) < 0) ||
+            (has_flag(cmd, a, "tags") && json_object_set_new(body, "tags", json_true()) < 0)) {
                 json_decref(body);
                 return oom(c);
         }
         json_t *j = NULL;
-        int r = remote_call(c, path, body, &j);
+        int r = remote_call(c, cmd, a, "pushing", path, body, &j);
         if (r)
                 return r;
         if (c->json) {
@@ -2088,6 +2160,7 @@ static int cmd_push(struct ctx *c, const struct cmd *cmd, struct args *a) {
                                jstr(j, "short", "-"));
                 else
                         printf("pushed %s to %s at %s\n", a->pos[0], jstr(j, "remote", "-"), jstr(j, "short", "-"));
+                print_tags(j, "at the remote");
                 print_transfer(j);
         }
         json_decref(j);
@@ -2103,7 +2176,7 @@ static int cmd_pull(struct ctx *c, const struct cmd *cmd, struct args *a) {
                 return oom(c);
         }
         json_t *j = NULL;
-        int r = remote_call(c, path, body, &j);
+        int r = remote_call(c, cmd, a, "pulling", path, body, &j);
         if (r)
                 return r;
         if (c->json) {
@@ -2111,6 +2184,7 @@ static int cmd_pull(struct ctx *c, const struct cmd *cmd, struct args *a) {
         } else {
                 printf("%s: %s from %s, head %s\n", a->pos[0], jstr(j, "result", "-"), jstr(j, "remote", "-"),
                        jstr(j, "short", "-"));
+                print_tags(j, "from the remote");
                 print_transfer(j);
         }
         json_decref(j);
@@ -2127,14 +2201,67 @@ static int cmd_clone(struct ctx *c, const struct cmd *cmd, struct args *a) {
         if (!body)
                 return oom(c);
         json_t *j = NULL;
-        int r = remote_call(c, "/v1/clone", body, &j);
+        int r = remote_call(c, cmd, a, "cloning", "/v1/clone", body, &j);
         if (r)
                 return r;
         if (c->json) {
                 r = print_json(j);
         } else {
                 printf("cloned %s to %s at %s\n", a->pos[0], jstr(j, "name", a->pos[1]), jstr(j, "short", "-"));
+                print_tags(j, "from the remote");
                 print_transfer(j);
+        }
+        json_decref(j);
+        return r;
+}
+
+static int cmd_remote_prune(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        const char *g = flag(cmd, a, "grace");
+        uint64_t grace = 3600;
+        if (g && ntfs_parse_u64(g, 365u * 86400, &grace) < 0)
+                return usage_error(cmd, "--grace wants seconds (0..31536000), not '%s'", g);
+        _cleanup_free_ char *e = esc(a->pos[0]);
+        _cleanup_free_ char *path = NULL;
+        if (!e || asprintf(&path, "/v1/remotes/%s/prune", e) < 0)
+                return oom(c);
+        json_t *body = json_pack("{s:I,s:b}", "grace", (json_int_t)grace, "dry_run", has_flag(cmd, a, "dry-run"));
+        if (!body)
+                return oom(c);
+        json_t *j = NULL;
+        int r = call_full(c, "POST", path, body, REMOTE_TIMEOUT_MS, &j, NULL, false);
+        json_decref(body);
+        if (r)
+                return r;
+        if (c->json) {
+                r = print_json(j);
+        } else {
+                printf("%s %lld unindexed packs from %s (%lld younger than %llds kept)\n",
+                       json_is_true(json_object_get(j, "dry_run")) ? "would delete" : "deleted",
+                       (long long)json_integer_value(json_object_get(j, "deleted")), a->pos[0],
+                       (long long)json_integer_value(json_object_get(j, "young")), (long long)grace);
+        }
+        json_decref(j);
+        return r;
+}
+
+static int cmd_remote_tags(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        (void)cmd;
+        _cleanup_free_ char *e = esc(a->pos[0]);
+        _cleanup_free_ char *s = esc(a->pos[1]);
+        _cleanup_free_ char *path = NULL;
+        if (!e || !s || asprintf(&path, "/v1/remotes/%s/tags?session=%s", e, s) < 0)
+                return oom(c);
+        json_t *j = NULL;
+        int r = call_full(c, "GET", path, NULL, REMOTE_TIMEOUT_MS, &j, NULL, false);
+        if (r)
+                return r;
+        if (c->json) {
+                r = print_json(j);
+        } else {
+                size_t i;
+                json_t *o;
+                json_array_foreach(json_object_get(j, "tags"), i, o)
+                        printf("%s\t%.12s\t%s\n", jstr(o, "name", "-"), jstr(o, "commit", "-"), jstr(o, "scope", "-"));
         }
         json_decref(j);
         return r;
@@ -2172,8 +2299,10 @@ static const struct flagspec import_flags[] = { { "message", 'm', true },
 static const struct flagspec remote_add_flags[] = {
         { "access-key", 0, true }, { "secret-key", 0, true }, { "region", 0, true }, { NULL, 0, false }
 };
-static const struct flagspec push_flags[] = { { "tags", 0, false }, { NULL, 0, false } };
-static const struct flagspec pull_flags[] = { { "merge", 0, false }, { NULL, 0, false } };
+static const struct flagspec push_flags[] = { { "tags", 0, false }, { "quiet", 'q', false }, { NULL, 0, false } };
+static const struct flagspec pull_flags[] = { { "merge", 0, false }, { "quiet", 'q', false }, { NULL, 0, false } };
+static const struct flagspec clone_flags[] = { { "quiet", 'q', false }, { NULL, 0, false } };
+static const struct flagspec prune_flags[] = { { "grace", 0, true }, { "dry-run", 'n', false }, { NULL, 0, false } };
 
 static const struct cmd commands[] = {
         { "status", "", "show the daemon, the store and its mounts",
@@ -2424,29 +2553,58 @@ static const struct cmd commands[] = {
           "Removes the remote NAME from the daemon (the bucket is not touched).\n"
           "\nExample:\n  ntfs-ctl remote rm origin\n",
           no_flags, 1, 1, false, cmd_remote_rm },
-        { "push", "NAME [REMOTE] [--tags]", "upload a session to a remote",
+        { "remote tags", "REMOTE SESSION", "list a remote's tags of a session",
+          "Lists the tags the remote REMOTE holds for SESSION (pushed with push --tags):\n"
+          "name, commit and scope (session or store). One LIST and one GET per tag.\n"
+          "\nExample:\n  ntfs-ctl remote tags origin main\n",
+          no_flags, 2, 2, false, cmd_remote_tags },
+        { "remote prune", "REMOTE [--grace SECONDS] [-n]", "delete packs no push finished with",
+          "Deletes the packs in REMOTE's bucket that no index names: those left by a push\n"
+          "that died before writing its index. Only packs older than --grace seconds\n"
+          "(default 3600) go: a younger one may belong to a push still uploading (its\n"
+          "index is written after its packs). Packs an index names are kept, even when\n"
+          "no head reaches them (later pushes rely on the objects the indexes list).\n"
+          "\nOptions:\n  --grace S       keep unindexed packs younger than S seconds (default 3600)\n"
+          "  -n, --dry-run   count, delete nothing\n"
+          "\nExample:\n  ntfs-ctl remote prune origin --dry-run\n",
+          prune_flags, 1, 1, false, cmd_remote_prune },
+        { "push", "NAME [REMOTE] [--tags] [-q]", "upload a session to a remote",
           "Checkpoints NAME, uploads the objects its commits reach that the remote lacks\n"
           "(packed, several uploads at once) and moves the remote's head for NAME with a\n"
           "compare-and-swap. When the remote has commits this session lacks (another\n"
           "machine pushed first) nothing moves and the error says to pull. REMOTE may be\n"
-          "left out when exactly one is configured. --tags is not supported yet.\n"
-          "\nExample:\n  ntfs-ctl push main origin\n",
+          "left out when exactly one is configured.\n"
+          "With --tags, also the tags of NAME's history: its session-scoped tags and the\n"
+          "store-scoped tags whose commit the head reaches (and the objects they reach).\n"
+          "Tags never move: a tag the remote holds on the same commit is fine; on another\n"
+          "commit it is an error naming it (tag_exists), and the head is not moved.\n"
+          "A progress bar is drawn on stderr when it is a terminal.\n"
+          "\nOptions:\n  --tags        push the tags too\n"
+          "  -q, --quiet   no progress bar\n"
+          "\nExamples:\n  ntfs-ctl push main origin\n  ntfs-ctl push main --tags\n",
           push_flags, 1, 2, false, cmd_push },
-        { "pull", "NAME [REMOTE] [--merge]", "fetch a session's new commits from a remote",
+        { "pull", "NAME [REMOTE] [--merge] [-q]", "fetch a session's new commits from a remote",
           "Checkpoints NAME, downloads what it lacks of the remote's head for NAME (each\n"
           "object verified by its hash; a missing or corrupt object is an error naming it\n"
           "and nothing changes), then fast-forwards NAME. When both sides have new\n"
           "commits: an error, or with --merge a three-way merge (a commit with both heads\n"
           "as parents; conflicting paths are an error and nothing changes).\n"
-          "\nOptions:\n  --merge   merge diverged histories\n"
+          "The remote's tags of NAME come too; a local tag of the same name on another\n"
+          "commit is an error naming it (tag_exists) and nothing changes.\n"
+          "A progress bar is drawn on stderr when it is a terminal.\n"
+          "\nOptions:\n  --merge       merge diverged histories\n"
+          "  -q, --quiet   no progress bar\n"
           "\nExample:\n  ntfs-ctl pull main origin --merge\n",
           pull_flags, 1, 2, false, cmd_pull },
-        { "clone", "REMOTE/SESSION NEWNAME", "make a local session from a remote one",
+        { "clone", "REMOTE/SESSION NEWNAME [-q]", "make a local session from a remote one",
           "Downloads the remote's head for SESSION (verified by hash) and creates the\n"
-          "local session NEWNAME at it. Push NEWNAME back under the name SESSION by\n"
-          "cloning to the same name.\n"
+          "local session NEWNAME at it, with the remote's tags of SESSION (a local tag of\n"
+          "the same name on another commit is an error naming it; nothing is created).\n"
+          "Push NEWNAME back under the name SESSION by cloning to the same name.\n"
+          "A progress bar is drawn on stderr when it is a terminal.\n"
+          "\nOptions:\n  -q, --quiet   no progress bar\n"
           "\nExample:\n  ntfs-ctl clone origin/main main\n",
-          no_flags, 2, 2, false, cmd_clone },
+          clone_flags, 2, 2, false, cmd_clone },
 };
 
 static const char global_help[] =

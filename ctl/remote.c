@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <curl/curl.h>
 
@@ -118,7 +119,24 @@ struct s3 {
         char sigv4[128], userpwd[520];
         struct ntfs_remote_stats *stats;
         pthread_mutex_t *stats_lock;
+        struct ntfs_remote_progress *prog; /* NULL: nobody watches */
 };
+
+static void prog_add(struct ntfs_remote_progress *p, uint64_t *field_of_p, uint64_t v) {
+        if (p)
+                __atomic_add_fetch(field_of_p, v, __ATOMIC_RELAXED);
+}
+#define PROG_ADD(p, field, v) prog_add((p), (p) ? &(p)->field : NULL, (v))
+
+void ntfs_remote_progress_get(const struct ntfs_remote_progress *p, struct ntfs_remote_progress *ret) {
+        ret->bytes = __atomic_load_n(&p->bytes, __ATOMIC_RELAXED);
+        ret->total_bytes = __atomic_load_n(&p->total_bytes, __ATOMIC_RELAXED);
+        ret->objects = __atomic_load_n(&p->objects, __ATOMIC_RELAXED);
+        ret->total_objects = __atomic_load_n(&p->total_objects, __ATOMIC_RELAXED);
+        ret->packs = __atomic_load_n(&p->packs, __ATOMIC_RELAXED);
+        ret->total_packs = __atomic_load_n(&p->total_packs, __ATOMIC_RELAXED);
+        ret->totals_final = __atomic_load_n(&p->totals_final, __ATOMIC_ACQUIRE);
+}
 
 struct s3_resp {
         long status;
@@ -376,9 +394,24 @@ static int get_head(struct s3 *s, CURL *c, const char *session, ntfs_hash *ret, 
         return rc;
 }
 
-/* Lists keys under prefix pfx (full key prefix): calls cb(key). */
-static int list_keys(struct s3 *s, CURL *c, const char *pfx, int (*cb)(const char *key, void *), void *ud,
-                     char *msg, size_t msglen) {
+/* "2026-11-29T12:00:00.000Z" as seconds since the epoch; -1 if malformed. */
+static int64_t parse_mtime(const char *p, size_t n) {
+        char t[32];
+        if (n < 19 || n >= sizeof t)
+                return -1;
+        memcpy(t, p, n);
+        t[n] = 0;
+        struct tm tm = { 0 };
+        const char *e = strptime(t, "%Y-%m-%dT%H:%M:%S", &tm);
+        if (!e)
+                return -1;
+        return (int64_t)timegm(&tm);
+}
+
+/* Lists keys under prefix pfx (full key prefix): calls cb(key, mtime)
+ * (mtime: LastModified in seconds since the epoch, -1 when absent). */
+static int list_keys(struct s3 *s, CURL *c, const char *pfx, int (*cb)(const char *key, int64_t mtime, void *),
+                     void *ud, char *msg, size_t msglen) {
         char token[1024] = "";
         _cleanup_free_ char *epfx = curl_easy_escape(c, pfx, 0);
         if (!epfx)
@@ -417,7 +450,16 @@ static int list_keys(struct s3 *s, CURL *c, const char *pfx, int (*cb)(const cha
                         if ((size_t)(e - p) < sizeof k) {
                                 memcpy(k, p, (size_t)(e - p));
                                 k[e - p] = 0;
-                                rc = cb(k, ud);
+                                /* LastModified of this entry: before the next <Key> */
+                                int64_t mt = -1;
+                                const char *nk = strstr(e, "<Key>"), *lm = strstr(e, "<LastModified>");
+                                if (lm && (!nk || lm < nk)) {
+                                        lm += 14;
+                                        const char *le = strstr(lm, "</LastModified>");
+                                        if (le)
+                                                mt = parse_mtime(lm, (size_t)(le - lm));
+                                }
+                                rc = cb(k, mt, ud);
                         }
                         p = e;
                 }
@@ -502,7 +544,8 @@ bad:
         return -NTFS_ECORRUPT;
 }
 
-static int idx_key_cb(const char *key, void *ud) {
+static int idx_key_cb(const char *key, int64_t mtime, void *ud) {
+        (void)mtime;
         struct rindex *ix = ud;
         size_t kl = strlen(key);
         if (kl < 4 || strcmp(key + kl - 4, ".idx") != 0)
@@ -543,12 +586,203 @@ static void rindex_free(struct rindex *ix) {
         ix->packs = NULL;
 }
 
+/* ---- tags at the remote: P/tags/<hex session>/<hex tag>, "<64 hex> session|store\n" ------------ */
+
+static int tag_prefix(const struct s3 *s, const char *session, char *out, size_t olen) {
+        char hx[2 * NTFS_NAME_MAX + 1];
+        size_t n = strlen(session);
+        if (n > NTFS_NAME_MAX)
+                return -NTFS_EINVALNAME;
+        ntfs_hex((const uint8_t *)session, n, hx);
+        int k = snprintf(out, olen, "%stags/%s/", s->prefix, hx);
+        return k < 0 || (size_t)k >= olen ? -ENAMETOOLONG : 0;
+}
+
+static int tag_key(const struct s3 *s, const char *session, const char *tag, char *out, size_t olen) {
+        int r = tag_prefix(s, session, out, olen);
+        size_t n = strlen(tag), at = strlen(out);
+        if (r < 0)
+                return r;
+        if (n > NTFS_NAME_MAX || at + 2 * n + 1 > olen)
+                return -ENAMETOOLONG;
+        ntfs_hex((const uint8_t *)tag, n, out + at);
+        return 0;
+}
+
+/* Reads one remote tag: 0 with *ret filled, -NTFS_ENOREF when absent. */
+static int tag_get(struct s3 *s, CURL *c, const char *session, const char *tag, struct ntfs_remote_tag *ret,
+                   char *msg, size_t msglen) {
+        char key[1600];
+        int rc = tag_key(s, session, tag, key, sizeof key);
+        if (rc < 0)
+                return rc;
+        struct s3_resp r = { .body_max = 4096 };
+        rc = s3_req(s, c, "GET", key, NULL, NULL, 0, NULL, &r, msg, msglen);
+        if (rc == 0 && r.status == 404)
+                rc = -NTFS_ENOREF;
+        else if (rc == 0 && r.status != 200)
+                rc = s3_fail(s, "read tag", &r, msg, msglen);
+        if (rc == 0) {
+                char hx[NTFS_HEX_LEN + 1];
+                bool ok = r.body.n >= NTFS_HEX_LEN + 1 && r.body.p[NTFS_HEX_LEN] == ' ';
+                if (ok) {
+                        memcpy(hx, r.body.p, NTFS_HEX_LEN);
+                        hx[NTFS_HEX_LEN] = 0;
+                        ok = ntfs_unhex(hx, ret->commit.b, NTFS_HASH_LEN) == 0;
+                }
+                size_t rest = ok ? r.body.n - NTFS_HEX_LEN - 1 : 0;
+                const char *sc = ok ? (const char *)r.body.p + NTFS_HEX_LEN + 1 : "";
+                if (ok && rest >= 5 && memcmp(sc, "store", 5) == 0)
+                        ret->store_scope = true;
+                else if (ok && rest >= 7 && memcmp(sc, "session", 7) == 0)
+                        ret->store_scope = false;
+                else
+                        ok = false;
+                if (!ok) {
+                        snprintf(msg, msglen, "remote '%s': tag '%s' of '%s' is malformed", s->cfg->name, tag,
+                                 session);
+                        rc = -NTFS_ECORRUPT;
+                } else {
+                        snprintf(ret->name, sizeof ret->name, "%s", tag);
+                }
+        }
+        resp_free(&r);
+        return rc;
+}
+
+struct tagnames {
+        size_t plen;
+        struct buf names; /* NUL-terminated names, one after the other */
+        size_t n;
+};
+
+static int tagname_cb(const char *key, int64_t mtime, void *ud) {
+        (void)mtime;
+        struct tagnames *t = ud;
+        size_t kl = strlen(key);
+        if (kl <= t->plen || (kl - t->plen) % 2 || (kl - t->plen) / 2 > NTFS_NAME_MAX)
+                return 0;
+        char name[NTFS_NAME_MAX + 1];
+        size_t n = (kl - t->plen) / 2;
+        if (ntfs_unhex(key + t->plen, (uint8_t *)name, n) < 0)
+                return 0;
+        name[n] = 0;
+        if (strlen(name) != n || !ntfs_name_valid(name))
+                return 0; /* not ours: ignored */
+        t->n++;
+        return buf_add(&t->names, name, n + 1);
+}
+
+static int tag_cmp(const void *a, const void *b) {
+        return strcmp(((const struct ntfs_remote_tag *)a)->name, ((const struct ntfs_remote_tag *)b)->name);
+}
+
+/* Every remote tag of session: a LIST, then a GET per tag. */
+static int tags_load(struct s3 *s, CURL *c, const char *session, struct ntfs_remote_tag **ret, size_t *ret_n,
+                     char *msg, size_t msglen) {
+        char pfx[1600];
+        *ret = NULL;
+        *ret_n = 0;
+        int r = tag_prefix(s, session, pfx, sizeof pfx);
+        if (r < 0)
+                return r;
+        struct tagnames t = { .plen = strlen(pfx) };
+        r = list_keys(s, c, pfx, tagname_cb, &t, msg, msglen);
+        struct ntfs_remote_tag *v = NULL;
+        size_t n = 0;
+        if (r == 0 && t.n) {
+                v = calloc(t.n, sizeof *v);
+                if (!v)
+                        r = -ENOMEM;
+        }
+        for (size_t at = 0; r == 0 && n < t.n; n++) {
+                const char *name = (const char *)t.names.p + at;
+                at += strlen(name) + 1;
+                r = tag_get(s, c, session, name, &v[n], msg, msglen);
+                if (r == -NTFS_ENOREF) {
+                        /* listed, then gone: tags are never deleted by ntfs; skip */
+                        r = 0;
+                        n--, t.n--;
+                }
+        }
+        buf_free(&t.names);
+        if (r < 0) {
+                free(v);
+                return r;
+        }
+        if (n)
+                qsort(v, n, sizeof *v, tag_cmp);
+        *ret = v;
+        *ret_n = n;
+        return 0;
+}
+
+int ntfs_remote_list_tags(const struct ntfs_remote_cfg *cfg, const char *session, struct ntfs_remote_tag **ret,
+                          size_t *ret_n, struct ntfs_remote_stats *stats, char *msg, size_t msglen) {
+        pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+        struct ntfs_remote_stats dummy = { 0 };
+        struct s3 s;
+        int r = s3_init(&s, cfg, stats ? stats : &dummy, &lock, msg, msglen);
+        if (r < 0)
+                return r;
+        CURL *c = curl_easy_init();
+        if (!c) {
+                s3_done(&s);
+                return -ENOMEM;
+        }
+        r = tags_load(&s, c, session, ret, ret_n, msg, msglen);
+        curl_easy_cleanup(c);
+        s3_done(&s);
+        return r;
+}
+
+static int tag_conflict(struct s3 *s, const char *session, const struct ntfs_remote_tag *mine,
+                        const ntfs_hash *theirs, char *msg, size_t msglen) {
+        char a[NTFS_HEX_LEN + 1], b[NTFS_HEX_LEN + 1];
+        ntfs_hash_hex(&mine->commit, a);
+        ntfs_hash_hex(theirs, b);
+        snprintf(msg, msglen,
+                 "remote '%s': tag '%s' of '%s' exists there at %.12s, here at %.12s (tags never move; rename or "
+                 "delete the local tag)",
+                 s->cfg->name, mine->name, session, b, a);
+        return -NTFS_ETAGEXISTS;
+}
+
+/* Creates one tag at the remote, or finds it there with the same commit
+ * (0); another commit is -NTFS_ETAGEXISTS naming it. */
+static int tag_put(struct s3 *s, CURL *c, const char *session, const struct ntfs_remote_tag *t, char *msg,
+                   size_t msglen) {
+        char key[1600], body[NTFS_HEX_LEN + 16];
+        int rc = tag_key(s, session, t->name, key, sizeof key);
+        if (rc < 0)
+                return rc;
+        ntfs_hash_hex(&t->commit, body);
+        snprintf(body + NTFS_HEX_LEN, sizeof body - NTFS_HEX_LEN, " %s\n", t->store_scope ? "store" : "session");
+        struct s3_resp r = { .body_max = 1 << 16 };
+        rc = s3_req(s, c, "PUT", key, NULL, body, strlen(body), "If-None-Match: *", &r, msg, msglen);
+        long status = r.status;
+        resp_free(&r);
+        if (rc < 0 || status == 200)
+                return rc;
+        /* 412: it exists (RGW may say 409 or 500 on a race): read it back */
+        struct ntfs_remote_tag there;
+        char m2[256];
+        int g = tag_get(s, c, session, t->name, &there, m2, sizeof m2);
+        if (g == 0)
+                return memcmp(there.commit.b, t->commit.b, NTFS_HASH_LEN) == 0
+                               ? 0
+                               : tag_conflict(s, session, t, &there.commit, msg, msglen);
+        struct s3_resp fake = { .status = status };
+        return s3_fail(s, "create tag", &fake, msg, msglen);
+}
+
 /* ---- push ----------------------------------------------------------------------------------- */
 
 struct uploader;
 struct job {
         struct uploader *u;
         struct buf pack;
+        uint64_t nobjs;
         char name[NTFS_HEX_LEN + 1];
         pthread_t th;
         int rc;
@@ -587,6 +821,11 @@ static void *job_run(void *ud) {
         }
         if (j->rc == 0)
                 j->rc = NTFS_FAULT("remote.pack"); /* tests: die after a pack is stored */
+        if (j->rc == 0) {
+                PROG_ADD(s->prog, bytes, j->pack.n);
+                PROG_ADD(s->prog, objects, j->nobjs);
+                PROG_ADD(s->prog, packs, 1);
+        }
         curl_easy_cleanup(c);
         return NULL;
 }
@@ -602,7 +841,7 @@ static int job_join(struct uploader *u, struct job *j) {
         return u->rc;
 }
 
-static int uploader_send(struct uploader *u, struct buf *pack, char name[NTFS_HEX_LEN + 1]) {
+static int uploader_send(struct uploader *u, struct buf *pack, uint64_t nobjs, char name[NTFS_HEX_LEN + 1]) {
         if (u->njobs == NTFS_REMOTE_PARALLEL) {
                 job_join(u, u->jobs[0]);
                 memmove(u->jobs, u->jobs + 1, (u->njobs - 1) * sizeof *u->jobs);
@@ -615,6 +854,7 @@ static int uploader_send(struct uploader *u, struct buf *pack, char name[NTFS_HE
                 return -ENOMEM;
         j->u = u;
         j->pack = *pack;
+        j->nobjs = nobjs;
         *pack = (struct buf){ 0 };
         memcpy(j->name, name, NTFS_HEX_LEN + 1);
         int r = pthread_create(&j->th, NULL, job_run, j);
@@ -640,7 +880,7 @@ struct pushwalk {
         struct buf entries;      /* index entries of this push: hash, pack#, off, len */
         struct buf packnames;    /* 64 hex each */
         uint32_t npacks;
-        uint64_t nobjs;
+        uint64_t nobjs, pack_objs;
 };
 
 static int flush_pack(struct pushwalk *w) {
@@ -652,8 +892,9 @@ static int flush_pack(struct pushwalk *w) {
         ntfs_hex(sha, NTFS_HASH_LEN, name);
         int r = buf_add(&w->packnames, name, NTFS_HEX_LEN);
         if (r == 0)
-                r = uploader_send(w->up, &w->pack, name);
+                r = uploader_send(w->up, &w->pack, w->pack_objs, name);
         w->npacks++;
+        w->pack_objs = 0;
         return r;
 }
 
@@ -675,7 +916,11 @@ static int push_cb(const ntfs_hash *h, const void *data, size_t len, void *ud) {
         ntfs_put_be32(ent + 44, (uint32_t)len);
         if ((r = buf_add(&w->pack, data, len)) < 0 || (r = buf_add(&w->entries, ent, sizeof ent)) < 0)
                 return r;
+        /* later walks (tags) skip it and, by the walk's closure, its children */
+        if ((r = hm_put(&w->remote->objs, h, NULL)) < 0)
+                return r;
         w->nobjs++;
+        w->pack_objs++;
         if (w->pack.n >= NTFS_REMOTE_PACK_MAX && (r = flush_pack(w)) < 0)
                 return r;
         return 0;
@@ -763,22 +1008,84 @@ static int ensure_bucket(struct s3 *s, CURL *c, char *msg, size_t msglen) {
         return rc;
 }
 
+struct countwalk {
+        struct hmap *remote, seen;
+        struct ntfs_remote_progress *p;
+        uint64_t cur; /* bytes of the pack being simulated */
+};
+
+/* The same decisions as push_cb, counting instead of packing. */
+static int count_cb(const ntfs_hash *h, const void *data, size_t len, void *ud) {
+        (void)data;
+        struct countwalk *cw = ud;
+        if (hm_get(cw->remote, h) || hm_get(&cw->seen, h))
+                return 1;
+        int r = hm_put(&cw->seen, h, NULL);
+        if (r < 0)
+                return r;
+        if (cw->cur == 0)
+                cw->cur = 8;
+        cw->cur += 36 + len;
+        cw->p->total_objects++;
+        if (cw->cur >= NTFS_REMOTE_PACK_MAX) {
+                cw->p->total_bytes += cw->cur;
+                cw->p->total_packs++;
+                cw->cur = 0;
+        }
+        return 0;
+}
+
+static int push_count(ntfs_store *st, struct rindex *ix, const ntfs_hash *head, bool walk_head,
+                      const struct ntfs_remote_tag *tags, const bool *skip_tag, size_t ntags,
+                      struct ntfs_remote_progress *p) {
+        struct ntfs_remote_progress tot = { 0 };
+        struct countwalk cw = { .remote = &ix->objs, .p = &tot };
+        int r = walk_head ? ntfs_object_walk(st, head, count_cb, &cw) : 0;
+        for (size_t i = 0; r == 0 && i < ntags; i++)
+                if (!skip_tag[i])
+                        r = ntfs_object_walk(st, &tags[i].commit, count_cb, &cw);
+        if (cw.cur > 8) {
+                tot.total_bytes += cw.cur;
+                tot.total_packs++;
+        }
+        hm_free(&cw.seen);
+        if (r == 0) {
+                __atomic_store_n(&p->total_bytes, tot.total_bytes, __ATOMIC_RELAXED);
+                __atomic_store_n(&p->total_objects, tot.total_objects, __ATOMIC_RELAXED);
+                __atomic_store_n(&p->total_packs, tot.total_packs, __ATOMIC_RELAXED);
+                __atomic_store_n(&p->totals_final, 1, __ATOMIC_RELEASE);
+        }
+        return r;
+}
+
+static const struct ntfs_remote_tag *tag_find(const struct ntfs_remote_tag *v, size_t n, const char *name) {
+        struct ntfs_remote_tag key;
+        snprintf(key.name, sizeof key.name, "%s", name);
+        return n ? bsearch(&key, v, n, sizeof *v, tag_cmp) : NULL;
+}
+
 int ntfs_remote_push(ntfs_store *st, const struct ntfs_remote_cfg *cfg, const char *session, const ntfs_hash *head,
-                     ntfs_hash *ret_old, struct ntfs_remote_stats *stats, char *msg, size_t msglen) {
+                     const struct ntfs_remote_tag *tags, size_t ntags, ntfs_hash *ret_old,
+                     struct ntfs_remote_stats *stats, struct ntfs_remote_progress *prog, char *msg, size_t msglen) {
         pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
         struct ntfs_remote_stats dummy = { 0 };
         struct s3 s;
         int r = s3_init(&s, cfg, stats ? stats : &dummy, &lock, msg, msglen);
         if (r < 0)
                 return r;
+        s.prog = prog;
         CURL *c = curl_easy_init();
-        if (!c) {
+        bool *skip_tag = ntags ? calloc(ntags, sizeof *skip_tag) : NULL;
+        if (!c || (ntags && !skip_tag)) {
+                curl_easy_cleanup(c);
+                free(skip_tag);
                 s3_done(&s);
                 return -ENOMEM;
         }
         ntfs_hash old = { { 0 } };
         char etag[130] = "", cond[200];
-        bool no_bucket = false;
+        bool no_bucket = false, head_same = false;
+        size_t tags_todo = 0;
         struct rindex ix = { 0 };
         struct uploader up = { .s = &s, .msg = msg, .msglen = msglen };
         struct pushwalk w = { .remote = &ix, .up = &up };
@@ -794,11 +1101,8 @@ int ntfs_remote_push(ntfs_store *st, const struct ntfs_remote_cfg *cfg, const ch
                 if (el >= 2 && e[0] == '"' && e[el - 1] == '"')
                         e++, el -= 2;
                 snprintf(cond, sizeof cond, "If-Match: %.*s", (int)el, e);
-                if (memcmp(old.b, head->b, NTFS_HASH_LEN) == 0) {
-                        snprintf(msg, msglen, "up to date");
-                        goto out;
-                }
-                int a = ntfs_remote_is_ancestor(st, &old, head);
+                head_same = memcmp(old.b, head->b, NTFS_HASH_LEN) == 0;
+                int a = head_same ? 1 : ntfs_remote_is_ancestor(st, &old, head);
                 if (a == 0) {
                         char hx[NTFS_HEX_LEN + 1];
                         ntfs_hash_hex(&old, hx);
@@ -810,10 +1114,34 @@ int ntfs_remote_push(ntfs_store *st, const struct ntfs_remote_cfg *cfg, const ch
                 if (a < 0)
                         r = a;
         }
+        /* Tags already at the remote: the same commit is done, another one
+         * is refused here, before anything is uploaded or moved. */
+        if (r == 0 && ntags) {
+                struct ntfs_remote_tag *there = NULL;
+                size_t nthere = 0;
+                r = tags_load(&s, c, session, &there, &nthere, msg, msglen);
+                for (size_t i = 0; r == 0 && i < ntags; i++) {
+                        const struct ntfs_remote_tag *t = tag_find(there, nthere, tags[i].name);
+                        if (t && memcmp(t->commit.b, tags[i].commit.b, NTFS_HASH_LEN) != 0)
+                                r = tag_conflict(&s, session, &tags[i], &t->commit, msg, msglen);
+                        skip_tag[i] = t != NULL;
+                        tags_todo += t == NULL;
+                }
+                free(there);
+        }
+        if (r == 0 && head_same && tags_todo == 0) {
+                snprintf(msg, msglen, "up to date");
+                goto out;
+        }
         if (r == 0)
                 r = rindex_load(&ix, &s, c, msg, msglen);
-        if (r == 0)
+        if (r == 0 && prog)
+                r = push_count(st, &ix, head, !head_same, tags, skip_tag, ntags, prog);
+        if (r == 0 && !head_same)
                 r = ntfs_object_walk(st, head, push_cb, &w);
+        for (size_t i = 0; r == 0 && i < ntags; i++)
+                if (!skip_tag[i])
+                        r = ntfs_object_walk(st, &tags[i].commit, push_cb, &w);
         if (r == 0)
                 r = flush_pack(&w);
         int r2 = uploader_finish(&up);
@@ -848,7 +1176,12 @@ int ntfs_remote_push(ntfs_store *st, const struct ntfs_remote_cfg *cfg, const ch
                 }
                 buf_free(&idx);
         }
-        if (r == 0) {
+        /* the tags, after the index of their closure and before the head: a
+         * tag conflict found only now (a race) leaves the head unmoved */
+        for (size_t i = 0; r == 0 && i < ntags; i++)
+                if (!skip_tag[i])
+                        r = tag_put(&s, c, session, &tags[i], msg, msglen);
+        if (r == 0 && !head_same) {
                 /* compare-and-swap of the head */
                 char key[1600], body[NTFS_HEX_LEN + 2];
                 head_key(&s, session, key, sizeof key);
@@ -882,6 +1215,8 @@ int ntfs_remote_push(ntfs_store *st, const struct ntfs_remote_cfg *cfg, const ch
                 }
                 resp_free(&rr);
         }
+        if (r == 0 && head_same)
+                snprintf(msg, msglen, "up to date");
         if (stats) {
                 stats->objects += w.nobjs;
                 stats->packs += w.npacks;
@@ -889,6 +1224,7 @@ int ntfs_remote_push(ntfs_store *st, const struct ntfs_remote_cfg *cfg, const ch
 out:
         if (r == 0 && ret_old)
                 *ret_old = old;
+        free(skip_tag);
         buf_free(&w.pack);
         buf_free(&w.entries);
         buf_free(&w.packnames);
@@ -900,18 +1236,309 @@ out:
 
 /* ---- fetch ---------------------------------------------------------------------------------- */
 
+/* Fetch in bounded memory: a depth-first walk of the remote closure that
+ * writes each object to the store after all it refers to (children before
+ * parents, so the store's objects stay closed under references whatever
+ * happens), holding the objects of one path from a root plus a few packs
+ * (the last NTFS_REMOTE_FETCH_PACKS downloaded; packs hold objects in the
+ * order a push walked them, which is the order this walk asks for them). */
+
+struct frame {
+        ntfs_hash h;
+        uint8_t *data;
+        size_t len;
+        struct buf kids; /* hashes the object refers to */
+        size_t next;     /* kids still to visit: [0, next) from the end */
+};
+
+struct cached_pack {
+        uint32_t pack;
+        uint64_t used; /* LRU stamp; 0 = empty slot */
+        struct buf body;
+};
+
+struct fetch {
+        ntfs_store *st;
+        struct s3 *s;
+        CURL *c;
+        struct rindex *ix;
+        struct hmap seen;
+        struct frame *fr;
+        size_t nfr, capfr;
+        struct cached_pack cache[NTFS_REMOTE_FETCH_PACKS];
+        uint64_t clock, objects;
+        struct ntfs_remote_stats *stats;
+        char *msg;
+        size_t msglen;
+};
+
 static int push_ref(const ntfs_hash *rh, void *ud) {
         return buf_add(ud, rh->b, NTFS_HASH_LEN);
 }
 
-struct staged {
-        ntfs_hash h;
-        uint8_t *data;
-        size_t len;
-};
+/* The pack numbered pk, from the cache or downloaded (evicting the least
+ * recently used). hx names the object wanted, for the messages. */
+static int fetch_pack(struct fetch *f, uint32_t pk, const char *hx, const struct buf **ret) {
+        struct cached_pack *slot = &f->cache[0];
+        for (size_t i = 0; i < NTFS_REMOTE_FETCH_PACKS; i++) {
+                if (f->cache[i].used && f->cache[i].pack == pk) {
+                        f->cache[i].used = ++f->clock;
+                        *ret = &f->cache[i].body;
+                        return 0;
+                }
+                if (f->cache[i].used < slot->used)
+                        slot = &f->cache[i];
+        }
+        buf_free(&slot->body);
+        slot->used = 0;
+        char key[700];
+        snprintf(key, sizeof key, "%spacks/%s.pack", f->s->prefix, f->ix->packs[pk]);
+        struct s3_resp rr = { .body_max = 4ull * NTFS_REMOTE_PACK_MAX };
+        int r = s3_req(f->s, f->c, "GET", key, NULL, NULL, 0, NULL, &rr, f->msg, f->msglen);
+        if (r == 0 && rr.status == 404) {
+                snprintf(f->msg, f->msglen, "remote '%s': pack %s (holding object %s) is missing", f->s->cfg->name,
+                         f->ix->packs[pk], hx);
+                r = -NTFS_ECORRUPT;
+        } else if (r == 0 && rr.status != 200) {
+                r = s3_fail(f->s, "download pack", &rr, f->msg, f->msglen);
+        }
+        if (r < 0) {
+                resp_free(&rr);
+                return r;
+        }
+        slot->body = rr.body;
+        slot->pack = pk;
+        slot->used = ++f->clock;
+        if (f->stats)
+                f->stats->packs++;
+        PROG_ADD(f->s->prog, packs, 1);
+        *ret = &slot->body;
+        return 0;
+}
+
+/* Visits h: nothing when seen or held by the store; else its bytes are
+ * taken from its pack, verified, and pushed as a new frame. */
+static int fetch_enter(struct fetch *f, const ntfs_hash *h) {
+        if (hm_get(&f->seen, h))
+                return 0; /* a DAG: seen means written already */
+        int r = hm_put(&f->seen, h, NULL);
+        if (r < 0)
+                return r;
+        int has = ntfs_object_has(f->st, h);
+        if (has != 0)
+                return has < 0 ? has : 0; /* the store holds it and (invariant) all it refers to */
+        char hx[NTFS_HEX_LEN + 1];
+        ntfs_hash_hex(h, hx);
+        const struct loc *l = hm_get(&f->ix->objs, h);
+        if (!l) {
+                snprintf(f->msg, f->msglen, "remote '%s': object %s is missing", f->s->cfg->name, hx);
+                return -NTFS_ECORRUPT;
+        }
+        const struct buf *pk;
+        if ((r = fetch_pack(f, l->pack, hx, &pk)) < 0)
+                return r;
+        if (l->off > pk->n || l->len > pk->n - l->off) {
+                snprintf(f->msg, f->msglen, "remote '%s': object %s is corrupt (outside pack %s)", f->s->cfg->name,
+                         hx, f->ix->packs[l->pack]);
+                return -NTFS_ECORRUPT;
+        }
+        const uint8_t *data = pk->p + l->off;
+        ntfs_hash got;
+        ntfs_sha256(data, l->len, got.b);
+        struct buf kids = { 0 };
+        if (memcmp(got.b, h->b, NTFS_HASH_LEN) != 0 || ntfs_object_refs(data, l->len, push_ref, &kids) < 0) {
+                buf_free(&kids);
+                snprintf(f->msg, f->msglen, "remote '%s': object %s is corrupt (in pack %s)", f->s->cfg->name, hx,
+                         f->ix->packs[l->pack]);
+                return -NTFS_ECORRUPT;
+        }
+        if (f->nfr == f->capfr) {
+                size_t nc = f->capfr ? f->capfr * 2 : 64;
+                struct frame *nf = realloc(f->fr, nc * sizeof *nf);
+                if (!nf) {
+                        buf_free(&kids);
+                        return -ENOMEM;
+                }
+                f->fr = nf, f->capfr = nc;
+        }
+        uint8_t *copy = malloc(l->len ? l->len : 1);
+        if (!copy) {
+                buf_free(&kids);
+                return -ENOMEM;
+        }
+        memcpy(copy, data, l->len);
+        f->fr[f->nfr++] = (struct frame){ .h = *h, .data = copy, .len = l->len, .kids = kids,
+                                          .next = kids.n / NTFS_HASH_LEN };
+        PROG_ADD(f->s->prog, objects, 1);
+        PROG_ADD(f->s->prog, bytes, l->len);
+        return 0;
+}
+
+static void frame_free(struct frame *fr) {
+        free(fr->data);
+        buf_free(&fr->kids);
+}
+
+/* The closure of root, written children first. */
+static int fetch_root(struct fetch *f, const ntfs_hash *root) {
+        int r = fetch_enter(f, root);
+        while (r == 0 && f->nfr) {
+                struct frame *top = &f->fr[f->nfr - 1];
+                if (top->next > 0) {
+                        /* last reference first: the order of the push's walk */
+                        ntfs_hash k;
+                        top->next--;
+                        memcpy(k.b, top->kids.p + top->next * NTFS_HASH_LEN, NTFS_HASH_LEN);
+                        r = fetch_enter(f, &k);
+                        continue;
+                }
+                r = ntfs_object_put_verified(f->st, top->data, top->len, &top->h);
+                if (r < 0) {
+                        snprintf(f->msg, f->msglen, "importing object: %s", ntfs_strerror(r));
+                        break;
+                }
+                f->objects++;
+                frame_free(top);
+                f->nfr--;
+        }
+        return r;
+}
+
+/* Totals for the bar: what the store lacks of everything the indexes list
+ * (an upper bound: objects of other sessions count too). */
+static int fetch_count(ntfs_store *st, const struct rindex *ix, struct ntfs_remote_progress *p) {
+        bool *need = ix->npacks ? calloc(ix->npacks, sizeof *need) : NULL;
+        if (ix->npacks && !need)
+                return -ENOMEM;
+        uint64_t objs = 0, bytes = 0, packs = 0;
+        int r = 0;
+        for (size_t i = 0; i < ix->objs.cap && r == 0; i++) {
+                if (!ix->objs.used[i])
+                        continue;
+                int has = ntfs_object_has(st, &ix->objs.k[i]);
+                if (has < 0)
+                        r = has;
+                if (has != 0)
+                        continue;
+                objs++;
+                bytes += ix->objs.v[i].len;
+                if (!need[ix->objs.v[i].pack]) {
+                        need[ix->objs.v[i].pack] = true;
+                        packs++;
+                }
+        }
+        free(need);
+        if (r == 0) {
+                __atomic_store_n(&p->total_bytes, bytes, __ATOMIC_RELAXED);
+                __atomic_store_n(&p->total_objects, objs, __ATOMIC_RELAXED);
+                __atomic_store_n(&p->total_packs, packs, __ATOMIC_RELAXED);
+                __atomic_store_n(&p->totals_final, 1, __ATOMIC_RELEASE);
+        }
+        return r;
+}
 
 int ntfs_remote_fetch(ntfs_store *st, const struct ntfs_remote_cfg *cfg, const char *session, ntfs_hash *ret_head,
-                      struct ntfs_remote_stats *stats, char *msg, size_t msglen) {
+                      struct ntfs_remote_tag **ret_tags, size_t *ret_ntags, struct ntfs_remote_stats *stats,
+                      struct ntfs_remote_progress *prog, char *msg, size_t msglen) {
+        pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+        struct ntfs_remote_stats dummy = { 0 };
+        struct s3 s;
+        if (ret_tags) {
+                *ret_tags = NULL;
+                *ret_ntags = 0;
+        }
+        int r = s3_init(&s, cfg, stats ? stats : &dummy, &lock, msg, msglen);
+        if (r < 0)
+                return r;
+        s.prog = prog;
+        CURL *c = curl_easy_init();
+        if (!c) {
+                s3_done(&s);
+                return -ENOMEM;
+        }
+        ntfs_hash head;
+        char etag[130];
+        struct rindex ix = { 0 };
+        struct ntfs_remote_tag *tags = NULL;
+        size_t ntags = 0;
+        struct fetch f = { .st = st, .s = &s, .c = c, .ix = &ix, .stats = stats, .msg = msg, .msglen = msglen };
+
+        r = get_head(&s, c, session, &head, etag, sizeof etag, NULL, msg, msglen);
+        if (r == -NTFS_ENOREF)
+                snprintf(msg, msglen, "remote '%s' has no session '%s'", cfg->name, session);
+        if (r == 0 && ret_tags)
+                r = tags_load(&s, c, session, &tags, &ntags, msg, msglen);
+        if (r == 0)
+                r = rindex_load(&ix, &s, c, msg, msglen);
+        if (r == 0 && prog)
+                r = fetch_count(st, &ix, prog);
+        /* Walk the remote closure of the head and of the tags; stop at
+         * objects st holds (the store's objects are closed under references). */
+        if (r == 0)
+                r = fetch_root(&f, &head);
+        for (size_t i = 0; r == 0 && i < ntags; i++)
+                r = fetch_root(&f, &tags[i].commit);
+        /* On an error the objects written so far stay: closed under
+         * references, named by no ref (gc takes them). Nothing moves. */
+        if (r == 0 || f.objects) {
+                int rf = ntfs_store_flush(st, true);
+                if (r == 0)
+                        r = rf;
+        }
+        if (stats)
+                stats->objects += f.objects;
+        if (r == 0)
+                *ret_head = head;
+        if (r == 0 && ret_tags) {
+                *ret_tags = TAKE_PTR(tags);
+                *ret_ntags = ntags;
+        }
+        free(tags);
+        for (size_t i = 0; i < f.nfr; i++)
+                frame_free(&f.fr[i]);
+        free(f.fr);
+        for (size_t i = 0; i < NTFS_REMOTE_FETCH_PACKS; i++)
+                buf_free(&f.cache[i].body);
+        hm_free(&f.seen);
+        rindex_free(&ix);
+        curl_easy_cleanup(c);
+        s3_done(&s);
+        return r;
+}
+
+/* ---- prune ---------------------------------------------------------------------------------- */
+
+struct prunewalk {
+        struct hmap named; /* pack names (as hashes) some index names */
+        struct buf doomed; /* keys to delete, NUL-terminated */
+        size_t ndoomed, kept;
+        int64_t cutoff;
+        size_t plen;
+};
+
+static int prune_pack_cb(const char *key, int64_t mtime, void *ud) {
+        struct prunewalk *pw = ud;
+        size_t kl = strlen(key);
+        ntfs_hash h;
+        char hx[NTFS_HEX_LEN + 1];
+        if (kl != pw->plen + NTFS_HEX_LEN + 5 || strcmp(key + kl - 5, ".pack") != 0)
+                return 0; /* not a pack name of ours */
+        memcpy(hx, key + pw->plen, NTFS_HEX_LEN);
+        hx[NTFS_HEX_LEN] = 0;
+        if (ntfs_unhex(hx, h.b, NTFS_HASH_LEN) < 0)
+                return 0;
+        if (hm_get(&pw->named, &h))
+                return 0;
+        if (mtime < 0 || mtime > pw->cutoff) {
+                pw->kept++; /* maybe a push in progress: its index comes after its packs */
+                return 0;
+        }
+        pw->ndoomed++;
+        return buf_add(&pw->doomed, key, kl + 1);
+}
+
+int ntfs_remote_prune(const struct ntfs_remote_cfg *cfg, int64_t grace_s, bool dry_run, uint64_t *ret_deleted,
+                      uint64_t *ret_young, struct ntfs_remote_stats *stats, char *msg, size_t msglen) {
         pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
         struct ntfs_remote_stats dummy = { 0 };
         struct s3 s;
@@ -923,121 +1550,36 @@ int ntfs_remote_fetch(ntfs_store *st, const struct ntfs_remote_cfg *cfg, const c
                 s3_done(&s);
                 return -ENOMEM;
         }
-        ntfs_hash head;
-        char etag[130];
         struct rindex ix = { 0 };
-        struct hmap seen = { 0 };
-        struct buf stack = { 0 };
-        struct staged *stg = NULL;
-        size_t nstg = 0, capstg = 0;
-        struct buf *packs = NULL; /* downloaded packs, by pack number */
-        bool *have_pack = NULL;
-
-        r = get_head(&s, c, session, &head, etag, sizeof etag, NULL, msg, msglen);
-        if (r == -NTFS_ENOREF)
-                snprintf(msg, msglen, "remote '%s' has no session '%s'", cfg->name, session);
-        if (r == 0)
-                r = rindex_load(&ix, &s, c, msg, msglen);
-        if (r == 0 && ix.npacks) {
-                packs = calloc(ix.npacks, sizeof *packs);
-                have_pack = calloc(ix.npacks, sizeof *have_pack);
-                if (!packs || !have_pack)
-                        r = -ENOMEM;
-        }
-        if (r == 0)
-                r = buf_add(&stack, head.b, NTFS_HASH_LEN);
-        /* Walk the remote closure; stop at objects st holds (the store's
-         * objects are closed under references: imports go children first). */
-        while (r == 0 && stack.n) {
+        struct prunewalk pw = { .cutoff = ntfs_now_ns() / 1000000000 - grace_s };
+        char pfx[600];
+        snprintf(pfx, sizeof pfx, "%spacks/", s.prefix);
+        pw.plen = strlen(pfx);
+        r = rindex_load(&ix, &s, c, msg, msglen);
+        for (size_t i = 0; r == 0 && i < ix.npacks; i++) {
                 ntfs_hash h;
-                stack.n -= NTFS_HASH_LEN;
-                memcpy(h.b, stack.p + stack.n, NTFS_HASH_LEN);
-                if (hm_get(&seen, &h))
-                        continue;
-                if ((r = hm_put(&seen, &h, NULL)) < 0)
-                        break;
-                int has = ntfs_object_has(st, &h);
-                if (has != 0) {
-                        r = has < 0 ? has : 0;
-                        continue;
-                }
-                char hx[NTFS_HEX_LEN + 1];
-                ntfs_hash_hex(&h, hx);
-                struct loc *l = hm_get(&ix.objs, &h);
-                if (!l) {
-                        snprintf(msg, msglen, "remote '%s': object %s is missing", cfg->name, hx);
-                        r = -NTFS_ECORRUPT;
-                        break;
-                }
-                if (!have_pack[l->pack]) {
-                        char key[700];
-                        snprintf(key, sizeof key, "%spacks/%s.pack", s.prefix, ix.packs[l->pack]);
-                        struct s3_resp rr = { .body_max = 4ull * NTFS_REMOTE_PACK_MAX };
-                        r = s3_req(&s, c, "GET", key, NULL, NULL, 0, NULL, &rr, msg, msglen);
-                        if (r == 0 && rr.status == 404) {
-                                snprintf(msg, msglen, "remote '%s': pack %s (holding object %s) is missing",
-                                         cfg->name, ix.packs[l->pack], hx);
-                                r = -NTFS_ECORRUPT;
-                        } else if (r == 0 && rr.status != 200) {
-                                r = s3_fail(&s, "download pack", &rr, msg, msglen);
-                        }
-                        if (r < 0) {
-                                resp_free(&rr);
-                                break;
-                        }
-                        packs[l->pack] = rr.body;
-                        have_pack[l->pack] = true;
-                        if (stats)
-                                stats->packs++;
-                }
-                const struct buf *pk = &packs[l->pack];
-                ntfs_hash got;
-                if (l->off > pk->n || l->len > pk->n - l->off) {
-                        snprintf(msg, msglen, "remote '%s': object %s is corrupt (outside pack %s)", cfg->name, hx,
-                                 ix.packs[l->pack]);
-                        r = -NTFS_ECORRUPT;
-                        break;
-                }
-                const uint8_t *data = pk->p + l->off;
-                ntfs_sha256(data, l->len, got.b);
-                if (memcmp(got.b, h.b, NTFS_HASH_LEN) != 0 || ntfs_object_refs(data, l->len, NULL, NULL) < 0) {
-                        snprintf(msg, msglen, "remote '%s': object %s is corrupt (in pack %s)", cfg->name, hx,
-                                 ix.packs[l->pack]);
-                        r = -NTFS_ECORRUPT;
-                        break;
-                }
-                if (nstg == capstg) {
-                        size_t nc = capstg ? capstg * 2 : 256;
-                        struct staged *ns = realloc(stg, nc * sizeof *ns);
-                        if (!ns) {
-                                r = -ENOMEM;
-                                break;
-                        }
-                        stg = ns, capstg = nc;
-                }
-                stg[nstg++] = (struct staged){ h, (uint8_t *)data, l->len };
-                /* children onto the stack */
-                r = ntfs_object_refs(data, l->len, push_ref, &stack);
-        }
-        /* Everything verified: import children before parents. */
-        for (size_t i = nstg; r == 0 && i-- > 0;) {
-                r = ntfs_object_put_verified(st, stg[i].data, stg[i].len, &stg[i].h);
-                if (r < 0)
-                        snprintf(msg, msglen, "importing object: %s", ntfs_strerror(r));
+                if (ntfs_unhex(ix.packs[i], h.b, NTFS_HASH_LEN) == 0)
+                        r = hm_put(&pw.named, &h, NULL);
         }
         if (r == 0)
-                r = ntfs_store_flush(st, true);
-        if (stats)
-                stats->objects += nstg;
-        if (r == 0)
-                *ret_head = head;
-        for (size_t i = 0; packs && i < ix.npacks; i++)
-                buf_free(&packs[i]);
-        free(packs);
-        free(have_pack);
-        free(stg);
-        buf_free(&stack);
-        hm_free(&seen);
+                r = list_keys(&s, c, pfx, prune_pack_cb, &pw, msg, msglen);
+        uint64_t deleted = 0;
+        for (size_t at = 0, i = 0; r == 0 && !dry_run && i < pw.ndoomed; i++) {
+                const char *key = (const char *)pw.doomed.p + at;
+                at += strlen(key) + 1;
+                struct s3_resp rr = { .body_max = 1 << 16 };
+                r = s3_req(&s, c, "DELETE", key, NULL, NULL, 0, NULL, &rr, msg, msglen);
+                if (r == 0 && rr.status != 204 && rr.status != 200 && rr.status != 404)
+                        r = s3_fail(&s, "delete pack", &rr, msg, msglen);
+                resp_free(&rr);
+                deleted += r == 0;
+        }
+        if (r == 0) {
+                *ret_deleted = dry_run ? pw.ndoomed : deleted;
+                *ret_young = pw.kept;
+        }
+        hm_free(&pw.named);
+        buf_free(&pw.doomed);
         rindex_free(&ix);
         curl_easy_cleanup(c);
         s3_done(&s);

@@ -11,6 +11,8 @@
  *   P/heads/<hex of session name>       the session's head: 64 hex + "\n";
  *                                       moved by conditional PUT (If-Match /
  *                                       If-None-Match: *), the compare-and-swap
+ *   P/tags/<hex of session>/<hex of tag> a tag: 64 hex + " session|store\n",
+ *                                       created once (If-None-Match: *)
  *
  * Invariant: an index is written only after every pack it names is stored,
  * and a head only after the index covering its closure; so the objects the
@@ -24,12 +26,14 @@
 #ifndef NTFS_CTL_REMOTE_H
 #define NTFS_CTL_REMOTE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "fs/store.h"
 
 #define NTFS_REMOTE_PARALLEL 4
 #define NTFS_REMOTE_PACK_MAX (8u << 20)
+#define NTFS_REMOTE_FETCH_PACKS 3 /* packs a fetch keeps in memory */
 
 struct ntfs_remote_cfg {
         char name[NTFS_NAME_MAX + 1];
@@ -48,21 +52,68 @@ struct ntfs_remote_stats {
 int ntfs_remote_parse_url(const char *url, char *endpoint, size_t elen, char *bucket, size_t blen, char *prefix,
                           size_t plen);
 
-/* Uploads what the remote lacks of the closure of commit head, then moves
- * the remote head of session from what it was (must be an ancestor of
- * head, else -NTFS_ECONFLICT "pull first") to head by compare-and-swap
- * (losing the race is -NTFS_ECONFLICT too). *ret_old gets the previous
- * remote head (zero when none). Authentication failures: -NTFS_ENOKEY. */
-int ntfs_remote_push(ntfs_store *st, const struct ntfs_remote_cfg *cfg, const char *session, const ntfs_hash *head,
-                     ntfs_hash *ret_old, struct ntfs_remote_stats *stats, char *msg, size_t msglen);
+/* A tag as kept at the remote: P/tags/<hex of session>/<hex of tag name>,
+ * body "<64 hex commit> session|store\n", created once with If-None-Match: *
+ * and never changed (docs/remote.md). */
+struct ntfs_remote_tag {
+        char name[NTFS_NAME_MAX + 1];
+        ntfs_hash commit;
+        bool store_scope; /* a store-scoped tag (else scoped to the session) */
+};
 
-/* Reads the remote head of session and copies into st every object of its
- * closure that st lacks, each verified by hash; either all of them arrive
- * or the error names the missing or corrupt object (-NTFS_ECORRUPT) and
- * st gains nothing usable (no ref moves here). -NTFS_ENOREF when the remote
- * has no such session. */
+/* Transfer progress of one push or fetch, shared with a reader thread: the
+ * transfer updates the fields with __atomic builtins, a reader takes a
+ * snapshot with ntfs_remote_progress_get. Totals are final once
+ * totals_final is 1 (push: after a counting walk; fetch: an upper bound
+ * taken from the remote's indexes, what the store lacks of everything they
+ * list). bytes are pack bytes for push, object bytes for fetch. */
+struct ntfs_remote_progress {
+        uint64_t bytes, total_bytes, objects, total_objects, packs, total_packs;
+        int totals_final;
+};
+void ntfs_remote_progress_get(const struct ntfs_remote_progress *p, struct ntfs_remote_progress *ret);
+
+/* Uploads what the remote lacks of the closure of commit head (and of the
+ * commits of tags[0..ntags)), then creates the tags at the remote (each by a
+ * conditional PUT, If-None-Match: *), then moves the remote head of session
+ * from what it was (must be an ancestor of head, else -NTFS_ECONFLICT "pull
+ * first") to head by compare-and-swap (losing the race is -NTFS_ECONFLICT
+ * too). A tag that exists at the remote with the same commit is fine; with
+ * another commit it is -NTFS_ETAGEXISTS naming it, found before anything is
+ * uploaded when possible, and then the head is NOT moved (tags created
+ * before the conflict was seen stay: they are valid). *ret_old gets the
+ * previous remote head (zero when none). Authentication failures:
+ * -NTFS_ENOKEY. prog may be NULL (when given, a counting walk first). */
+int ntfs_remote_push(ntfs_store *st, const struct ntfs_remote_cfg *cfg, const char *session, const ntfs_hash *head,
+                     const struct ntfs_remote_tag *tags, size_t ntags, ntfs_hash *ret_old,
+                     struct ntfs_remote_stats *stats, struct ntfs_remote_progress *prog, char *msg, size_t msglen);
+
+/* Reads the remote head of session (and, when ret_tags is non-NULL, the
+ * remote's tags of session) and copies into st every object of their
+ * closure that st lacks, each verified by hash and written once all it
+ * refers to is (children first; memory bounded: one path of the walk plus
+ * NTFS_REMOTE_FETCH_PACKS packs). On an error naming the missing or corrupt
+ * object (-NTFS_ECORRUPT) the objects written so far stay, closed under
+ * references and named by no ref (no ref moves here; no local tag is made).
+ * -NTFS_ENOREF when the remote has no such session. *ret_tags (owned by the
+ * caller: free()) gets *ret_ntags tags. prog may be NULL. */
 int ntfs_remote_fetch(ntfs_store *st, const struct ntfs_remote_cfg *cfg, const char *session, ntfs_hash *ret_head,
-                      struct ntfs_remote_stats *stats, char *msg, size_t msglen);
+                      struct ntfs_remote_tag **ret_tags, size_t *ret_ntags, struct ntfs_remote_stats *stats,
+                      struct ntfs_remote_progress *prog, char *msg, size_t msglen);
+
+/* The remote's tags of session (one LIST plus one GET per tag): *ret (free())
+ * gets *ret_n tags, sorted by name. No tags (or no bucket) is 0 with *ret_n 0. */
+int ntfs_remote_list_tags(const struct ntfs_remote_cfg *cfg, const char *session, struct ntfs_remote_tag **ret,
+                          size_t *ret_n, struct ntfs_remote_stats *stats, char *msg, size_t msglen);
+
+/* Deletes the packs no index names (left by pushes that died before
+ * writing their index) that are older than grace_s seconds (a younger one
+ * may belong to a push in progress: its index comes after its packs).
+ * Packs some index names are kept (they hold objects later pushes rely on).
+ * dry_run: counts only. *ret_deleted: packs deleted (or that would be);
+ * *ret_young: unnamed packs kept for being younger than the grace. */
+int ntfs_remote_prune(const struct ntfs_remote_cfg *cfg, int64_t grace_s, bool dry_run, uint64_t *ret_deleted,
+                      uint64_t *ret_young, struct ntfs_remote_stats *stats, char *msg, size_t msglen);
 
 /* 1 when anc is desc or one of its ancestors (in st), 0 when not. */
 int ntfs_remote_is_ancestor(ntfs_store *st, const ntfs_hash *anc, const ntfs_hash *desc);

@@ -4,9 +4,12 @@
  *   POST   /v1/remotes                {name, url, access_key?, secret_key?, region?}
  *   GET    /v1/remotes
  *   DELETE /v1/remotes/{name}
- *   POST   /v1/sessions/{name}/push   {remote?}
- *   POST   /v1/sessions/{name}/pull   {remote?, merge?}
- *   POST   /v1/clone                  {remote, session, name}
+ *   GET    /v1/remotes/{name}/tags?session=S
+ *   POST   /v1/remotes/{name}/prune   {grace?, dry_run?}
+ *   POST   /v1/sessions/{name}/push   {remote?, tags?, progress?}
+ *   POST   /v1/sessions/{name}/pull   {remote?, merge?, progress?}
+ *   POST   /v1/clone                  {remote, session, name, progress?}
+ *   GET    /v1/transfers/{id}         counters of a running push/pull/clone
  *
  * Remotes live in STORE/remotes.json (mode 0600). Secret keys never leave
  * the daemon: no response carries them, and they are given to the journal
@@ -135,6 +138,194 @@ static int find(const char *name, struct ntfs_remote_cfg *ret) {
         return r;
 }
 
+/* ---- progress of running transfers (the client picks the id) ------------------------------ */
+
+#define MAX_OPS 32
+#define OP_ID_MAX 64
+
+struct op {
+        bool used;
+        char id[OP_ID_MAX + 1];
+        const char *kind; /* "push" | "pull" | "clone" */
+        char session[NTFS_NAME_MAX + 1];
+        int64_t started_ns;
+        struct ntfs_remote_progress prog;
+};
+static struct op ops[MAX_OPS];
+static pthread_mutex_t ops_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool op_id_valid(const char *s) {
+        size_t n = strlen(s);
+        if (n == 0 || n > OP_ID_MAX)
+                return false;
+        for (const char *p = s; *p; p++)
+                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+                      *p == '_'))
+                        return false;
+        return true;
+}
+
+/* Reads the optional "progress" id of the body: 0 (*ret NULL when absent)
+ * or the error answered. */
+static int want_progress_id(const ntfs_http_request *req, ntfs_http_response *resp, const char **ret) {
+        int r = d_want_string(req, resp, "progress", false, ret);
+        if (r == 0 && *ret && !op_id_valid(*ret))
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "'progress' must be 1..64 of [A-Za-z0-9_-]");
+        return r;
+}
+
+/* A slot for id (NULL when none was asked for, the table is full or the id
+ * is taken: the transfer then runs untracked). */
+static struct op *op_start(const char *id, const char *kind, const char *session) {
+        if (!id)
+                return NULL;
+        struct op *slot = NULL;
+        pthread_mutex_lock(&ops_lock);
+        for (size_t i = 0; i < MAX_OPS; i++) {
+                if (ops[i].used && strcmp(ops[i].id, id) == 0) {
+                        slot = NULL;
+                        break;
+                }
+                if (!ops[i].used && !slot)
+                        slot = &ops[i];
+        }
+        if (slot) {
+                *slot = (struct op){ .used = true, .kind = kind, .started_ns = ntfs_now_ns() };
+                snprintf(slot->id, sizeof slot->id, "%s", id);
+                snprintf(slot->session, sizeof slot->session, "%s", session);
+        }
+        pthread_mutex_unlock(&ops_lock);
+        return slot;
+}
+
+static void op_end(struct op *o) {
+        if (!o)
+                return;
+        pthread_mutex_lock(&ops_lock);
+        o->used = false;
+        pthread_mutex_unlock(&ops_lock);
+}
+
+static int h_progress(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
+        (void)ud;
+        const char *id = d_param(req, "id");
+        json_t *o = NULL;
+        bool found = false;
+        pthread_mutex_lock(&ops_lock);
+        for (size_t i = 0; i < MAX_OPS && !found; i++) {
+                if (!ops[i].used || strcmp(ops[i].id, id) != 0)
+                        continue;
+                found = true;
+                struct ntfs_remote_progress p;
+                ntfs_remote_progress_get(&ops[i].prog, &p);
+                o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:f}", "id", ops[i].id, "kind",
+                              ops[i].kind, "session", ops[i].session, "bytes", (json_int_t)p.bytes, "total_bytes",
+                              (json_int_t)p.total_bytes, "objects", (json_int_t)p.objects, "total_objects",
+                              (json_int_t)p.total_objects, "packs", (json_int_t)p.packs, "total_packs",
+                              (json_int_t)p.total_packs, "totals_final", p.totals_final != 0, "elapsed",
+                              (double)(ntfs_now_ns() - ops[i].started_ns) / 1e9);
+        }
+        pthread_mutex_unlock(&ops_lock);
+        if (!found)
+                return ntfs_http_error(resp, -NTFS_ENOTFOUND, "no running push, pull or clone with id '%.64s'", id);
+        return d_reply(resp, 200, o);
+}
+
+/* ---- tags ---------------------------------------------------------------------------------- */
+
+struct tagcollect {
+        const char *session;
+        const ntfs_hash *head;
+        struct ntfs_remote_tag *v;
+        size_t n, cap;
+        int err;
+};
+
+/* The tags push --tags sends: session-scoped tags of the session, and
+ * store-scoped tags whose commit is in the pushed history. */
+static int tag_collect_cb(const struct ntfs_tag_info *t, void *ud) {
+        struct tagcollect *tc = ud;
+        if (t->scope == NTFS_TAG_SESSION && strcmp(t->session, tc->session) != 0)
+                return 0;
+        if (t->scope == NTFS_TAG_STORE) {
+                int a = ntfs_remote_is_ancestor(D.st, &t->commit, tc->head);
+                if (a < 0)
+                        return tc->err = a;
+                if (a == 0)
+                        return 0;
+        }
+        if (tc->n == tc->cap) {
+                size_t nc = tc->cap ? tc->cap * 2 : 16;
+                struct ntfs_remote_tag *nv = realloc(tc->v, nc * sizeof *nv);
+                if (!nv)
+                        return tc->err = -ENOMEM;
+                tc->v = nv, tc->cap = nc;
+        }
+        struct ntfs_remote_tag *o = &tc->v[tc->n++];
+        *o = (struct ntfs_remote_tag){ .commit = t->commit, .store_scope = t->scope == NTFS_TAG_STORE };
+        copy_str(o->name, sizeof o->name, t->name);
+        return 0;
+}
+
+static json_t *tags_json(const struct ntfs_remote_tag *v, size_t n) {
+        json_t *a = json_array();
+        for (size_t i = 0; a && i < n; i++) {
+                char hx[NTFS_HEX_LEN + 1];
+                ntfs_hash_hex(&v[i].commit, hx);
+                json_array_append_new(a, json_pack("{s:s,s:s,s:s}", "name", v[i].name, "commit", hx, "scope",
+                                                   v[i].store_scope ? "store" : "session"));
+        }
+        return a;
+}
+
+/* Can every remote tag be made here? A local tag of the same name on
+ * another commit (or a session of that name) is an error naming it,
+ * answered before anything changes. */
+static int tags_check(ntfs_http_response *resp, const char *rname, const struct ntfs_remote_tag *v, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                struct ntfs_tag_info ti;
+                int g = ntfs_tag_get(D.st, v[i].name, &ti);
+                if (g == 0 && memcmp(ti.commit.b, v[i].commit.b, NTFS_HASH_LEN) != 0) {
+                        char a[NTFS_HEX_LEN + 1], b[NTFS_HEX_LEN + 1];
+                        ntfs_hash_hex(&ti.commit, a);
+                        ntfs_hash_hex(&v[i].commit, b);
+                        return ntfs_http_error(resp, -NTFS_ETAGEXISTS,
+                                               "tag '%s' exists here at %.12s but remote '%s' has it at %.12s (tags "
+                                               "never move): nothing was changed",
+                                               v[i].name, a, rname, b);
+                }
+                if (g == -NTFS_ENOREF) {
+                        struct ntfs_session_info si;
+                        if (ntfs_session_get(D.st, v[i].name, &si) == 0)
+                                return ntfs_http_error(resp, -NTFS_ETAGEXISTS,
+                                                       "tag '%s' of remote '%s' has the name of a local session: "
+                                                       "nothing was changed",
+                                                       v[i].name, rname);
+                } else if (g < 0) {
+                        return d_fail(resp, g, v[i].name);
+                }
+        }
+        return 0;
+}
+
+/* Makes the remote's tags here (after tags_check); those already here are kept. */
+static int tags_apply(ntfs_http_response *resp, const char *session, const struct ntfs_remote_tag *v, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                struct ntfs_tag_info ti;
+                if (ntfs_tag_get(D.st, v[i].name, &ti) == 0)
+                        continue;
+                char hx[NTFS_HEX_LEN + 1];
+                ntfs_hash_hex(&v[i].commit, hx);
+                int r = ntfs_tag_create(D.st, session, v[i].name, hx,
+                                        v[i].store_scope ? NTFS_TAG_STORE : NTFS_TAG_SESSION, NULL);
+                if (r < 0)
+                        return d_fail(resp, r, v[i].name);
+        }
+        return 0;
+}
+
+static int h_tags(void *ud, const ntfs_http_request *req, ntfs_http_response *resp);
+
 static int h_add(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
         (void)ud;
         static const char *const keys[] = { "name", "url", "access_key", "secret_key", "region", NULL };
@@ -245,30 +436,76 @@ static int pick_remote(const ntfs_http_request *req, ntfs_http_response *resp, c
 
 static int h_push(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
         (void)ud;
-        static const char *const keys[] = { "remote", NULL };
-        const char *name = d_param(req, "name");
+        static const char *const keys[] = { "remote", "tags", "progress", NULL };
+        const char *name = d_param(req, "name"), *pid = NULL;
         struct ntfs_remote_cfg cfg;
         int r;
-        if ((r = d_check_keys(req, resp, keys)) < 0 || (r = pick_remote(req, resp, "remote", &cfg)) < 0)
+        if ((r = d_check_keys(req, resp, keys)) < 0 || (r = want_progress_id(req, resp, &pid)) < 0 ||
+            (r = pick_remote(req, resp, "remote", &cfg)) < 0)
                 return r;
+        json_t *jt = json_object_get(req->json, "tags");
+        if (jt && !json_is_boolean(jt))
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "'tags' must be a boolean");
         ntfs_hash head, old;
         bool changed;
-        if ((r = d_checkpoint(name, "before push", NULL, &head, &changed)) < 0)
+        if ((r = d_checkpoint(name, "before push", NULL, &head, &changed)) < 0) {
+                explicit_bzero(&cfg, sizeof cfg);
                 return d_fail(resp, r, name);
+        }
+        struct tagcollect tc = { .session = name, .head = &head };
+        if (jt && json_is_true(jt)) {
+                r = ntfs_tag_list(D.st, name, tag_collect_cb, &tc);
+                if (r == 0)
+                        r = tc.err;
+                if (r < 0) {
+                        free(tc.v);
+                        explicit_bzero(&cfg, sizeof cfg);
+                        return d_fail(resp, r, "listing tags");
+                }
+        }
         struct ntfs_remote_stats st = { 0 };
         char msg[1024] = "", rname[NTFS_NAME_MAX + 1];
         copy_str(rname, sizeof rname, cfg.name);
-        r = ntfs_remote_push(D.st, &cfg, name, &head, &old, &st, msg, sizeof msg);
+        struct op *op = op_start(pid, "push", name);
+        r = ntfs_remote_push(D.st, &cfg, name, &head, tc.v, tc.n, &old, &st, op ? &op->prog : NULL, msg, sizeof msg);
+        op_end(op);
         explicit_bzero(&cfg, sizeof cfg);
-        if (r < 0)
+        if (r < 0) {
+                free(tc.v);
                 return ntfs_http_error(resp, r, "%s", msg[0] ? msg : ntfs_strerror(r));
+        }
         json_t *o = d_commit_json(&head, "head");
         if (o) {
                 json_object_set_new(o, "session", json_string(name));
                 json_object_set_new(o, "remote", json_string(rname));
                 json_object_set_new(o, "up_to_date", json_boolean(strcmp(msg, "up to date") == 0));
+                if (jt && json_is_true(jt))
+                        json_object_set_new(o, "tags", tags_json(tc.v, tc.n));
         }
+        free(tc.v);
         return d_reply(resp, 200, stats_json(o, &st));
+}
+
+static int h_tags(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
+        (void)ud;
+        const char *rn = d_param(req, "name");
+        char sess[NTFS_NAME_MAX + 1];
+        int q = ntfs_http_request_query(req, "session", sess, sizeof sess);
+        if (q <= 0 || !ntfs_name_valid(sess))
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "want ?session=NAME (a valid session name)");
+        struct ntfs_remote_cfg cfg;
+        if (find(rn, &cfg) < 0)
+                return ntfs_http_error(resp, -NTFS_ENOTFOUND, "no remote '%s'", rn);
+        struct ntfs_remote_tag *v = NULL;
+        size_t n = 0;
+        char msg[1024] = "";
+        int r = ntfs_remote_list_tags(&cfg, sess, &v, &n, NULL, msg, sizeof msg);
+        explicit_bzero(&cfg, sizeof cfg);
+        if (r < 0)
+                return ntfs_http_error(resp, r, "%s", msg[0] ? msg : ntfs_strerror(r));
+        json_t *a = tags_json(v, n);
+        free(v);
+        return d_reply(resp, 200, a ? json_pack("{s:s,s:s,s:o}", "remote", rn, "session", sess, "tags", a) : NULL);
 }
 
 /* Three-way merge of the remote head (theirs) with the local head (ours);
@@ -303,28 +540,39 @@ static int merge_remote(ntfs_http_response *resp, const char *name, const char *
 
 static int h_pull(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
         (void)ud;
-        static const char *const keys[] = { "remote", "merge", NULL };
-        const char *name = d_param(req, "name");
+        static const char *const keys[] = { "remote", "merge", "progress", NULL };
+        const char *name = d_param(req, "name"), *pid = NULL;
         struct ntfs_remote_cfg cfg;
         int r;
-        if ((r = d_check_keys(req, resp, keys)) < 0 || (r = pick_remote(req, resp, "remote", &cfg)) < 0)
+        if ((r = d_check_keys(req, resp, keys)) < 0 || (r = want_progress_id(req, resp, &pid)) < 0 ||
+            (r = pick_remote(req, resp, "remote", &cfg)) < 0)
                 return r;
         json_t *jm = json_object_get(req->json, "merge");
-        if (jm && !json_is_boolean(jm))
+        if (jm && !json_is_boolean(jm)) {
+                explicit_bzero(&cfg, sizeof cfg);
                 return ntfs_http_error(resp, -NTFS_EBADREQ, "'merge' must be a boolean");
+        }
         bool merge = jm && json_is_true(jm);
         char rname[NTFS_NAME_MAX + 1];
         copy_str(rname, sizeof rname, cfg.name);
         ntfs_hash local, rhead;
         bool changed;
-        if ((r = d_checkpoint(name, "before pull", NULL, &local, &changed)) < 0)
+        if ((r = d_checkpoint(name, "before pull", NULL, &local, &changed)) < 0) {
+                explicit_bzero(&cfg, sizeof cfg);
                 return d_fail(resp, r, name);
+        }
         struct ntfs_remote_stats st = { 0 };
         char msg[1024] = "";
-        r = ntfs_remote_fetch(D.st, &cfg, name, &rhead, &st, msg, sizeof msg);
+        _cleanup_free_ struct ntfs_remote_tag *tags = NULL;
+        size_t ntags = 0;
+        struct op *op = op_start(pid, "pull", name);
+        r = ntfs_remote_fetch(D.st, &cfg, name, &rhead, &tags, &ntags, &st, op ? &op->prog : NULL, msg, sizeof msg);
+        op_end(op);
         explicit_bzero(&cfg, sizeof cfg);
         if (r < 0)
                 return ntfs_http_error(resp, r, "%s", msg[0] ? msg : ntfs_strerror(r));
+        if ((r = tags_check(resp, rname, tags, ntags)) < 0)
+                return r;
         const char *result;
         if (memcmp(local.b, rhead.b, NTFS_HASH_LEN) == 0) {
                 result = "up_to_date";
@@ -346,50 +594,100 @@ static int h_pull(void *ud, const ntfs_http_request *req, ntfs_http_response *re
         } else {
                 return d_fail(resp, r, "pull");
         }
+        if ((r = tags_apply(resp, name, tags, ntags)) < 0)
+                return r;
         json_t *o = d_commit_json(&local, "head");
         if (o) {
                 json_object_set_new(o, "session", json_string(name));
                 json_object_set_new(o, "remote", json_string(rname));
                 json_object_set_new(o, "result", json_string(result));
+                json_object_set_new(o, "tags", tags_json(tags, ntags));
         }
         return d_reply(resp, 200, stats_json(o, &st));
 }
 
 static int h_clone(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
         (void)ud;
-        static const char *const keys[] = { "remote", "session", "name", NULL };
-        const char *sess, *newname;
+        static const char *const keys[] = { "remote", "session", "name", "progress", NULL };
+        const char *sess, *newname, *pid = NULL;
         struct ntfs_remote_cfg cfg;
         int r;
         if ((r = d_check_keys(req, resp, keys)) < 0 || (r = d_want_string(req, resp, "session", true, &sess)) < 0 ||
             (r = d_want_string(req, resp, "name", true, &newname)) < 0 ||
-            (r = pick_remote(req, resp, "remote", &cfg)) < 0)
+            (r = want_progress_id(req, resp, &pid)) < 0 || (r = pick_remote(req, resp, "remote", &cfg)) < 0)
                 return r;
-        if (!ntfs_name_valid(newname) || !ntfs_name_valid(sess))
-                return ntfs_http_error(resp, -NTFS_EINVALNAME, "invalid session name");
         struct ntfs_session_info si;
-        if (ntfs_session_get(D.st, newname, &si) == 0)
+        if (!ntfs_name_valid(newname) || !ntfs_name_valid(sess)) {
+                explicit_bzero(&cfg, sizeof cfg);
+                return ntfs_http_error(resp, -NTFS_EINVALNAME, "invalid session name");
+        }
+        if (ntfs_session_get(D.st, newname, &si) == 0) {
+                explicit_bzero(&cfg, sizeof cfg);
                 return ntfs_http_error(resp, -NTFS_ESESSEXISTS, "session '%s' exists", newname);
+        }
         char rname[NTFS_NAME_MAX + 1];
         copy_str(rname, sizeof rname, cfg.name);
         ntfs_hash rhead, h;
         struct ntfs_remote_stats st = { 0 };
         char msg[1024] = "";
-        r = ntfs_remote_fetch(D.st, &cfg, sess, &rhead, &st, msg, sizeof msg);
+        _cleanup_free_ struct ntfs_remote_tag *tags = NULL;
+        size_t ntags = 0;
+        struct op *op = op_start(pid, "clone", newname);
+        r = ntfs_remote_fetch(D.st, &cfg, sess, &rhead, &tags, &ntags, &st, op ? &op->prog : NULL, msg, sizeof msg);
+        op_end(op);
         explicit_bzero(&cfg, sizeof cfg);
         if (r < 0)
                 return ntfs_http_error(resp, r, "%s", msg[0] ? msg : ntfs_strerror(r));
+        if ((r = tags_check(resp, rname, tags, ntags)) < 0)
+                return r;
+        for (size_t i = 0; i < ntags; i++)
+                if (strcmp(tags[i].name, newname) == 0)
+                        return ntfs_http_error(resp, -NTFS_ETAGEXISTS,
+                                               "remote '%s' has a tag '%s' for '%s': choose another name", rname,
+                                               newname, sess);
         char hx[NTFS_HEX_LEN + 1];
         ntfs_hash_hex(&rhead, hx);
         if ((r = ntfs_session_create(D.st, newname, hx, &h)) < 0)
                 return d_fail(resp, r, newname);
+        if ((r = tags_apply(resp, newname, tags, ntags)) < 0)
+                return r;
         json_t *o = d_commit_json(&h, "head");
         if (o) {
                 json_object_set_new(o, "name", json_string(newname));
                 json_object_set_new(o, "remote", json_string(rname));
                 json_object_set_new(o, "session", json_string(sess));
+                json_object_set_new(o, "tags", tags_json(tags, ntags));
         }
         return d_reply(resp, 201, stats_json(o, &st));
+}
+
+static int h_prune(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
+        (void)ud;
+        static const char *const keys[] = { "grace", "dry_run", NULL };
+        const char *rn = d_param(req, "name");
+        int r;
+        if ((r = d_check_keys(req, resp, keys)) < 0)
+                return r;
+        json_t *jg = json_object_get(req->json, "grace"), *jd = json_object_get(req->json, "dry_run");
+        if ((jg && (!json_is_integer(jg) || json_integer_value(jg) < 0 || json_integer_value(jg) > 365 * 86400)) ||
+            (jd && !json_is_boolean(jd)))
+                return ntfs_http_error(resp, -NTFS_EBADREQ,
+                                       "'grace' must be seconds (0..31536000) and 'dry_run' a boolean");
+        int64_t grace = jg ? (int64_t)json_integer_value(jg) : 3600;
+        bool dry = jd && json_is_true(jd);
+        struct ntfs_remote_cfg cfg;
+        if (find(rn, &cfg) < 0)
+                return ntfs_http_error(resp, -NTFS_ENOTFOUND, "no remote '%s'", rn);
+        struct ntfs_remote_stats st = { 0 };
+        uint64_t deleted = 0, young = 0;
+        char msg[1024] = "";
+        r = ntfs_remote_prune(&cfg, grace, dry, &deleted, &young, &st, msg, sizeof msg);
+        explicit_bzero(&cfg, sizeof cfg);
+        if (r < 0)
+                return ntfs_http_error(resp, r, "%s", msg[0] ? msg : ntfs_strerror(r));
+        json_t *o = json_pack("{s:s,s:I,s:I,s:b,s:I}", "remote", rn, "deleted", (json_int_t)deleted, "young",
+                              (json_int_t)young, "dry_run", dry, "grace", (json_int_t)grace);
+        return d_reply(resp, 200, stats_json(o, &st));
 }
 
 int routes_remote_register(ntfs_router *rt) {
@@ -409,6 +707,9 @@ int routes_remote_register(ntfs_router *rt) {
                 { "POST /v1/sessions/{name}/push", h_push },
                 { "POST /v1/sessions/{name}/pull", h_pull },
                 { "POST /v1/clone", h_clone },
+                { "GET /v1/remotes/{name}/tags", h_tags },
+                { "POST /v1/remotes/{name}/prune", h_prune },
+                { "GET /v1/transfers/{id}", h_progress },
         };
         for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
                 if ((r = ntfs_router_add(rt, routes[i].pattern, routes[i].h, 0)) < 0)

@@ -4,6 +4,7 @@ started once for this module (tests/helpers/ceph/start.sh, memstore), stopped
 in teardown. Two ntfsd daemons with separate stores stand for two machines.
 """
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -316,3 +317,212 @@ def test_interrupted_push_resumes_and_gateway_down_is_clean(machines, s3):
     r = b.d.http("POST", "/v1/clone", {"remote": "origin", "session": "main", "name": "main"}, timeout=120)
     assert r.status == 201 and r.json["head"] == a.head(), r
     b.d.fsck_clean()
+
+
+# ---- tags (push --tags; pull and clone bring them) ------------------------------------------
+
+def _tags(m, session=None):
+    r = m.d.http("GET", "/v1/tags" + (f"?session={session}" if session else ""))
+    assert r.status == 200, r
+    return {t["tag"]: (t["commit"], t["scope"]) for t in r.json["tags"]}
+
+
+def _tag(m, session, tag, at=None, scope=None):
+    body = {"tag": tag}
+    if at:
+        body["at"] = at
+    if scope:
+        body["scope"] = scope
+    r = m.d.http("POST", f"/v1/sessions/{session}/tags", body)
+    assert r.status == 201, r
+    return r.json["commit"]
+
+
+def test_push_tags_clone_pull_and_conflicts(machines):
+    a = machines("tags-bucket")
+    a.d.ok("session", "new", "main")
+    a.d.ok("session", "new", "other")
+    a.mount()
+    a.write("v.txt", b"one\n")
+    a.d.ok("checkpoint", "main", "-m", "one")
+    c1 = _tag(a, "main", "v1")
+    _tag(a, "main", "rel1", scope="store")            # store tag in main's history: pushed
+    _tag(a, "other", "elsewhere")                     # another session's tag: not pushed
+    a.write("v.txt", b"two, abandoned\n")
+    a.write("only-in-old.bin", os.urandom(100 * 1024))
+    a.d.ok("checkpoint", "main", "-m", "two")
+    c2 = _tag(a, "main", "old")                       # session tag off the history after the rollback
+    a.d.ok("rollback", "main", "--to", "v1")
+    a.write("v.txt", b"three\n")
+    a.d.ok("checkpoint", "main", "-m", "three")
+
+    # without --tags no tag goes
+    r = a.push()
+    assert r.status == 200 and "tags" not in r.json, r
+    assert a.d.jok("remote", "tags", "origin", "main")["tags"] == []
+
+    out = a.d.ok("push", "main", "origin", "--tags")
+    assert "up to date" in out and "tags at the remote: old rel1 v1" in out, out
+    listed = {t["name"]: (t["commit"], t["scope"]) for t in a.d.jok("remote", "tags", "origin", "main")["tags"]}
+    assert listed == {"v1": (c1, "session"), "rel1": (c1, "store"), "old": (c2, "session")}, listed
+    assert "elsewhere" not in a.d.ok("remote", "tags", "origin", "main")
+
+    # idempotent: the same tags again are fine and send nothing
+    r = a.d.http("POST", "/v1/sessions/main/push", {"remote": "origin", "tags": True})
+    assert r.status == 200 and r.json["up_to_date"] is True and r.json["transfer"]["bytes_sent"] == 0, r
+
+    # clone brings the tags and the objects they reach (the abandoned commit too)
+    b = machines("tags-bucket")
+    j = b.d.jok("clone", "origin/main", "work")
+    assert sorted(t["name"] for t in j["tags"]) == ["old", "rel1", "v1"], j
+    bt = _tags(b)
+    assert bt["v1"] == (c1, "session") and bt["rel1"] == (c1, "store") and bt["old"] == (c2, "session"), bt
+    assert _tags(b, "work")["old"][0] == c2
+    ro = os.path.join(b.scratch, "old-view")
+    os.mkdir(ro)
+    b.d.ok("mount", "work", ro, "--ro", "--at", "old")
+    try:
+        with open(os.path.join(ro, "v.txt"), "rb") as f:
+            assert f.read() == b"two, abandoned\n"
+        assert os.path.getsize(os.path.join(ro, "only-in-old.bin")) == 100 * 1024
+    finally:
+        b.d.ok("umount", ro)
+    b.d.fsck_clean()
+
+    # a tag on another commit at the remote: push --tags refuses it before uploading, naming it,
+    # and the head does not move
+    c = machines("tags-bucket")
+    c.d.ok("clone", "origin/main", "main")
+    _tag(c, "main", "v3", at=c1)                       # only a tag: the head stays
+    assert c.d.http("POST", "/v1/sessions/main/push", {"remote": "origin", "tags": True}).status == 200
+    remote_head = c.head()
+    assert a.head() == remote_head
+    a.write("a.txt", b"from a\n")
+    a.d.ok("checkpoint", "main", "-m", "a")
+    _tag(a, "main", "v3")                              # a's v3: its new head, not c1
+    r = a.d.http("POST", "/v1/sessions/main/push", {"remote": "origin", "tags": True})
+    assert r.status == 409 and r.json["error"]["code"] == "tag_exists", r
+    assert "'v3'" in r.json["error"]["message"], r
+    assert c.pull().json["result"] == "up_to_date"     # the remote head did not move
+    cli = a.d.ctl("push", "main", "origin", "--tags")
+    assert cli.returncode == 1 and "v3" in cli.stderr, cli
+
+    # pull into a: the remote's v3 differs from a's -> tag_exists naming it; nothing changes in a
+    c.mount()
+    c.write("c.txt", b"from c\n")
+    assert c.push().status == 200
+    a_head = a.head()
+    r = a.pull(merge=True)
+    assert r.status == 409 and r.json["error"]["code"] == "tag_exists", r
+    assert "'v3'" in r.json["error"]["message"], r
+    assert a.head() == a_head and not os.path.exists(os.path.join(a.mp, "c.txt"))
+    assert _tags(a)["v3"][0] == a_head
+
+
+# ---- the progress bar (stderr on a terminal only) -------------------------------------------
+
+def _ctl_pty(m, *args):
+    """Runs ntfs-ctl with stderr on a pseudo-terminal; returns (rc, stdout, what the terminal got)."""
+    import pty
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.Popen([m.d.ctl_bin, "--socket", m.d.sock, *args], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=slave, start_new_session=True)
+    finally:
+        os.close(slave)
+    got = bytearray()
+    out = []
+    t = threading.Thread(target=lambda: out.append(p.stdout.read()))
+    t.start()
+    try:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            got += chunk
+        rc = p.wait(timeout=300)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, 9)
+            p.wait()
+        os.close(master)
+        t.join()
+    return rc, out[0].decode(), got.decode(errors="replace")
+
+
+def test_progress_bar_on_a_terminal_only(machines):
+    a = machines("progress-bucket")
+    a.d.ok("session", "new", "main")
+    a.mount()
+    for i in range(6):  # 48 MiB: several packs, long enough for redraws (every 0.25 s)
+        a.write(f"blob{i}", os.urandom(8 * 1024 * 1024))
+    a.d.ok("checkpoint", "main")
+
+    rc, out, term = _ctl_pty(a, "push", "main", "origin")
+    assert rc == 0, (out, term)
+    assert "pushed main to origin" in out and "pushing" not in out
+    # the bar: bytes done of total, objects and packs done of total, rate, ETA
+    assert "pushing [" in term and "%" in term and "/s" in term and "ETA" in term, term
+    assert " objects" in term and " packs" in term and "MiB/" in term, term
+    assert term.endswith("\r\033[K"), repr(term[-40:])  # erased at the end
+
+    b = machines("progress-bucket")
+    rc, out, term = _ctl_pty(b, "clone", "origin/main", "main")
+    assert rc == 0 and "cloned origin/main to main" in out, (out, term)
+    assert "cloning [" in term and "ETA" in term, term
+
+    # not a terminal, --quiet or --json: no bar at all
+    a.write("blob0", os.urandom(8 * 1024 * 1024))
+    a.d.ok("checkpoint", "main")
+    r = a.d.ctl("push", "main", "origin")
+    assert r.returncode == 0 and r.stderr == "", r
+    assert "pushing" not in r.stdout and "\r" not in r.stdout
+    a.write("blob1", os.urandom(8 * 1024 * 1024))
+    rc, out, term = _ctl_pty(a, "push", "main", "origin", "--quiet")
+    assert rc == 0 and term == "", term
+    rc, out, term = _ctl_pty(b, "--json", "pull", "main", "origin")
+    assert rc == 0 and term == "" and json.loads(out)["result"] == "fast_forward", (out, term)
+
+
+# ---- remote prune: packs no index names -----------------------------------------------------
+
+def test_prune_deletes_only_old_unindexed_packs(machines, s3):
+    a = machines("prune-bucket")
+    a.d.ok("session", "new", "main")
+    a.mount()
+    a.write("keep.txt", b"indexed\n" * 1000)
+    assert a.push().status == 200
+    url = f"{s3['S3_ENDPOINT']}/prune-bucket"
+    auth = ["--aws-sigv4", f"aws:amz:{s3['S3_REGION']}:s3", "--user", f"{s3['S3_ACCESS_KEY']}:{s3['S3_SECRET_KEY']}",
+            "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"]
+
+    def packs():
+        ls = subprocess.run(["curl", "-sf", *auth, f"{url}?list-type=2&prefix=packs%2F"], capture_output=True,
+                            text=True)
+        assert ls.returncode == 0, ls.stderr
+        return sorted(k.split("</Key>")[0] for k in ls.stdout.split("<Key>")[1:])
+    indexed = packs()
+    assert len(indexed) == 1, indexed
+    # what a push that died before its index leaves: a pack no index names
+    stray = b"NTFSPAK1" + os.urandom(100)
+    key = f"packs/{hashlib.sha256(stray).hexdigest()}.pack"
+    p = os.path.join(a.scratch, "stray.pack")
+    with open(p, "wb") as f:
+        f.write(stray)
+    assert subprocess.run(["curl", "-sf", *auth, "-T", p, f"{url}/{key}"]).returncode == 0
+    assert packs() == sorted(indexed + [key])
+
+    out = a.d.ok("remote", "prune", "origin", "-n", "--grace", "0")
+    assert "would delete 1 unindexed packs" in out, out
+    assert packs() == sorted(indexed + [key])
+    j = a.d.jok("remote", "prune", "origin")  # default grace 1 h: the stray is too young
+    assert j["deleted"] == 0 and j["young"] == 1, j
+    j = a.d.jok("remote", "prune", "origin", "--grace", "0")
+    assert j["deleted"] == 1 and j["young"] == 0, j
+    assert packs() == indexed
+    b = machines("prune-bucket")
+    assert b.d.jok("clone", "origin/main", "main")["head"] == a.head()
+    assert a.d.ctl("remote", "prune", "nosuch").returncode == 1
