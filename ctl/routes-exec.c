@@ -74,8 +74,11 @@ static void load_usage(const char *session, struct ntfs_quota_usage *u) {
         }
 }
 
-int d_policy_admit(const char *session, const char *tool, uint64_t *ret_timeout_ms, uint64_t *ret_output_limit,
-                   char *why, size_t whylen) {
+/* L1 + L2 checks and the call's limits; the call counters to charge go to
+ * charges (n_charges), for the caller to charge with its journal row. */
+static int policy_check(const char *session, const char *tool, uint64_t *ret_timeout_ms, uint64_t *ret_output_limit,
+                        struct ntfs_quota_charge charges[NTFS_POLICY_MAX_CALL_COUNTERS], size_t *n_charges,
+                        char *why, size_t whylen) {
         struct ntfs_quota_usage usage;
         load_usage(session, &usage);
         int r = ntfs_policy_check_call(D.pol, NULL, tool, &usage, why, whylen);
@@ -86,21 +89,34 @@ int d_policy_admit(const char *session, const char *tool, uint64_t *ret_timeout_
                 snprintf(why, whylen, "policy: %s", ntfs_strerror(r));
                 return r;
         }
-        /* Charge the call counters before it runs: a crash may over-count,
-         * never under-count (docs/journal.md). */
         const char *ctr[NTFS_POLICY_MAX_CALL_COUNTERS];
         int n = ntfs_policy_call_counters(tool, ctr);
-        for (int i = 0; i < n; i++) {
-                r = ntfs_journal_quota_add(D.j, session, ctr[i], 1, -1, NULL);
+        *n_charges = 0;
+        for (int i = 0; i < n && i < NTFS_POLICY_MAX_CALL_COUNTERS; i++)
+                charges[(*n_charges)++] = (struct ntfs_quota_charge){ .counter = ctr[i], .delta = 1 };
+        if (ret_timeout_ms)
+                *ret_timeout_ms = t;
+        if (ret_output_limit)
+                *ret_output_limit = o;
+        return 0;
+}
+
+int d_policy_admit(const char *session, const char *tool, uint64_t *ret_timeout_ms, uint64_t *ret_output_limit,
+                   char *why, size_t whylen) {
+        struct ntfs_quota_charge charges[NTFS_POLICY_MAX_CALL_COUNTERS];
+        size_t n = 0;
+        int r = policy_check(session, tool, ret_timeout_ms, ret_output_limit, charges, &n, why, whylen);
+        if (r < 0)
+                return r;
+        /* Charge the call counters before it runs: a crash may over-count,
+         * never under-count (docs/journal.md). */
+        for (size_t i = 0; i < n; i++) {
+                r = ntfs_journal_quota_add(D.j, session, charges[i].counter, charges[i].delta, -1, NULL);
                 if (r < 0) {
                         snprintf(why, whylen, "journal: %s", ntfs_strerror(r));
                         return r;
                 }
         }
-        if (ret_timeout_ms)
-                *ret_timeout_ms = t;
-        if (ret_output_limit)
-                *ret_output_limit = o;
         return 0;
 }
 
@@ -152,7 +168,9 @@ static int run_tool(const char *session, const char *tool, const char *command, 
                 return 0;
         }
         uint64_t timeout_ms = 0, out_limit = 0;
-        if ((r = d_policy_admit(session, tool, &timeout_ms, &out_limit, why, whylen)) < 0)
+        struct ntfs_quota_charge charges[NTFS_POLICY_MAX_CALL_COUNTERS];
+        size_t n_charges = 0;
+        if ((r = policy_check(session, tool, &timeout_ms, &out_limit, charges, &n_charges, why, whylen)) < 0)
                 return r;
         /* commit_before must be the exact state the effect starts from, so a
          * state-changing call on a dirty session checkpoints it first (else
@@ -177,7 +195,10 @@ static int run_tool(const char *session, const char *tool, const char *command, 
                 ntfs_effects_free(list, nprev);
         struct ntfs_effect_intent in = { .session = session, .step = nprev + 1, .tool = tool,
                                          .effect_class = ntfs_effect_class_name(spec->cls), .input_json = input_s,
-                                         .idempotency_key = key, .commit_before = before };
+                                         .idempotency_key = key, .commit_before = before,
+                                         /* the call counters, charged with the row before it
+                                          * runs: a crash may over-count, never under-count */
+                                         .charges = charges, .n_charges = n_charges };
         bool existing = false;
         r = ntfs_journal_effect_begin(D.j, &in, &eff, &existing);
         if (r < 0) {
@@ -240,7 +261,11 @@ static int run_tool(const char *session, const char *tool, const char *command, 
         }
         (void)NTFS_FAULT("exec.after_run");
         shell_state_set(session, jr.state_out);
-        d_policy_charge(session, (uint64_t)(jr.duration_ns / 1000000), jr.out_len + jr.err_len);
+        /* exec time and output are charged with the finish (one commit) */
+        const struct ntfs_quota_charge used[] = {
+                { .counter = "exec_ms", .delta = (int64_t)(jr.duration_ns / 1000000) },
+                { .counter = "output_bytes", .delta = (int64_t)(jr.out_len + jr.err_len) },
+        };
         json_t *res = json_pack("{s:i, s:s%, s:s%, s:b, s:b, s:I, s:b, s:b, s:s, s:s}", "exit_code", jr.exit_code,
                                 "stdout", jr.out ? jr.out : "", jr.out_len, "stderr", jr.err ? jr.err : "",
                                 jr.err_len, "stdout_truncated", jr.out_truncated, "stderr_truncated",
@@ -286,13 +311,16 @@ static int run_tool(const char *session, const char *tool, const char *command, 
                 json_object_set_new(res, "cancelled", json_true());
         _cleanup_free_ char *res_s = json_dumps(res, JSON_COMPACT);
         bool ok = !jr.timed_out && jr.term_signal == 0 && !cancelled;
-        ntfs_journal_effect_finish(D.j, eff.id, ok ? NTFS_EFFECT_DONE : NTFS_EFFECT_FAILED, res_s,
-                                   after[0] ? after : NULL,
-                                   ok            ? NULL
-                                   : cancelled   ? "cancelled"
-                                   : jr.timed_out ? "timeout"
-                                   : jr.oom      ? "oom"
-                                                 : "killed");
+        int fr = ntfs_journal_effect_finish_charged(D.j, eff.id, ok ? NTFS_EFFECT_DONE : NTFS_EFFECT_FAILED,
+                                                    res_s, after[0] ? after : NULL,
+                                                    ok             ? NULL
+                                                    : cancelled    ? "cancelled"
+                                                    : jr.timed_out ? "timeout"
+                                                    : jr.oom       ? "oom"
+                                                                   : "killed",
+                                                    used, ARRAY_SIZE(used));
+        if (fr < 0)
+                log_warn("journal: finishing effect %" PRId64 ": %s", eff.id, ntfs_strerror(fr));
         ntfs_jail_result_release(&jr);
         ntfs_effect_release(&eff);
         *ret = res;

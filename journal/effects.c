@@ -125,6 +125,8 @@ int ntfs_journal_effect_begin(ntfs_journal *j, const struct ntfs_effect_intent *
                 return -EINVAL;
         if (in->idempotency_key && jr_check_label(j, in->idempotency_key) < 0)
                 return -EINVAL;
+        if (jr_check_charges(j, in->charges, in->n_charges) < 0)
+                return -EINVAL;
         char derived[NTFS_HEX_LEN + 1];
         const char *key = in->idempotency_key;
         if (!key) {
@@ -172,6 +174,10 @@ int ntfs_journal_effect_begin(ntfs_journal *j, const struct ntfs_effect_intent *
                         return r;
                 id = sqlite3_last_insert_rowid(j->db);
         }
+        for (size_t i = 0; i < in->n_charges; i++)
+                if (in->charges[i].delta && (r = jr_quota_add_locked(j, in->session, in->charges[i].counter,
+                                                                     in->charges[i].delta, -1, NULL)) < 0)
+                        return r;
         /* Read back inside the transaction: if that fails nothing is kept. */
         if (ret && (r = lookup(j, JR_EFFECT_BY_ID, NULL, NULL, id, &e)) <= 0)
                 return r < 0 ? r : -EIO;
@@ -188,9 +194,15 @@ int ntfs_journal_effect_begin(ntfs_journal *j, const struct ntfs_effect_intent *
 
 int ntfs_journal_effect_finish(ntfs_journal *j, int64_t id, enum ntfs_effect_status status,
                                const char *result_json, const char *commit_after, const char *reason) {
+        return ntfs_journal_effect_finish_charged(j, id, status, result_json, commit_after, reason, NULL, 0);
+}
+
+int ntfs_journal_effect_finish_charged(ntfs_journal *j, int64_t id, enum ntfs_effect_status status,
+                                       const char *result_json, const char *commit_after, const char *reason,
+                                       const struct ntfs_quota_charge *charges, size_t n_charges) {
         int r;
         if (!j || id <= 0 || !ntfs_effect_status_to_string(status) || status == NTFS_EFFECT_PENDING ||
-            !jr_commit_valid(commit_after))
+            !jr_commit_valid(commit_after) || jr_check_charges(j, charges, n_charges) < 0)
                 return -EINVAL;
         if (reason && strnlen(reason, (size_t)NTFS_JOURNAL_MAX_JSON + 1) > NTFS_JOURNAL_MAX_JSON)
                 return -NTFS_ETOOLARGE;
@@ -218,6 +230,15 @@ int ntfs_journal_effect_finish(ntfs_journal *j, int64_t id, enum ntfs_effect_sta
                     (r = jr_step_row(j, s)) < 0)
                         return r;
                 return r == 0 ? -NTFS_ENOTFOUND : -NTFS_ECONFLICT;
+        }
+        if (n_charges) {
+                _cleanup_(ntfs_effect_release) struct ntfs_effect e = {};
+                if ((r = lookup(j, JR_EFFECT_BY_ID, NULL, NULL, id, &e)) <= 0)
+                        return r < 0 ? r : -NTFS_ENOTFOUND;
+                for (size_t i = 0; i < n_charges; i++)
+                        if (charges[i].delta &&
+                            (r = jr_quota_add_locked(j, e.session, charges[i].counter, charges[i].delta, -1, NULL)) < 0)
+                                return r;
         }
         return jr_txn_commit(&t, "journal.finish");
 }

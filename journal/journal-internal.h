@@ -119,6 +119,12 @@ bool jr_commit_valid(const char *c); /* NULL or 64 lowercase hex */
 /* Names and labels are stored as given (they are keys), so one that contains
  * a configured secret is refused rather than redacted: the journal's database
  * never holds a secret (j may be NULL: no secret check). */
+/* Adds delta to (session, counter) inside the caller's transaction, lock
+ * held; limit < 0: none. */
+int jr_quota_add_locked(ntfs_journal *j, const char *session, const char *counter, int64_t delta, int64_t limit,
+                        int64_t *ret_new);
+/* Validates a charge list (labels, count). */
+int jr_check_charges(ntfs_journal *j, const struct ntfs_quota_charge *c, size_t n);
 int jr_check_name(ntfs_journal *j, const char *name); /* 0 or -NTFS_EINVALNAME */
 int jr_check_label(ntfs_journal *j, const char *s);   /* 1..255 bytes, no control chars; -EINVAL */
 

@@ -89,6 +89,15 @@ int ntfs_effect_status_from_string(const char *s, enum ntfs_effect_status *ret);
  * replayable_expensive, irreversible, recorded. */
 bool ntfs_effect_class_valid(const char *cls);
 
+/* A quota counter increment made in the same transaction as an effect's
+ * begin or finish, so a call costs one durable commit at each end instead of
+ * one per counter (no limit check here: admission checks limits first). */
+struct ntfs_quota_charge {
+        const char *counter; /* 1..255 bytes, no control characters */
+        int64_t delta;
+};
+#define NTFS_JOURNAL_MAX_CHARGES 8
+
 struct ntfs_effect_intent {
         const char *session;         /* existing session */
         uint64_t step;               /* the session's step number */
@@ -97,6 +106,11 @@ struct ntfs_effect_intent {
         const char *input_json;      /* JSON text (any JSON value) */
         const char *idempotency_key; /* client's key (tool_use_id); NULL: derived */
         const char *commit_before;   /* 64 hex, or NULL */
+        /* Counters charged with the new row, atomically (none when the key is
+         * already journaled: a retry is not charged). At most
+         * NTFS_JOURNAL_MAX_CHARGES. */
+        const struct ntfs_quota_charge *charges;
+        size_t n_charges;
 };
 
 /* A journal row. Strings are owned by the struct (NULL when the column is
@@ -149,6 +163,11 @@ int ntfs_journal_effect_begin(ntfs_journal *j, const struct ntfs_effect_intent *
  * -NTFS_ECONFLICT if the row is not pending. Fault point: journal.finish. */
 int ntfs_journal_effect_finish(ntfs_journal *j, int64_t id, enum ntfs_effect_status status,
                                const char *result_json, const char *commit_after, const char *reason);
+/* The same, also charging the effect's session's counters in the same
+ * transaction (zero deltas are skipped). */
+int ntfs_journal_effect_finish_charged(ntfs_journal *j, int64_t id, enum ntfs_effect_status status,
+                                       const char *result_json, const char *commit_after, const char *reason,
+                                       const struct ntfs_quota_charge *charges, size_t n_charges);
 /* pending -> outcome_unknown with reason (recovery of an irreversible effect
  * that was in flight). Same errors as finish. */
 int ntfs_journal_effect_mark_unknown(ntfs_journal *j, int64_t id, const char *reason);

@@ -661,6 +661,19 @@ int ntfs_journal_quota_add(ntfs_journal *j, const char *session, const char *cou
         _cleanup_txn_ struct jr_txn t = {};
         if ((r = jr_txn_begin(j, &t)) < 0)
                 return r;
+        int64_t next;
+        if ((r = jr_quota_add_locked(j, session, counter, delta, limit, &next)) < 0)
+                return r;
+        if ((r = jr_txn_commit(&t, "journal.quota")) < 0)
+                return r;
+        if (ret_new)
+                *ret_new = next;
+        return 0;
+}
+
+int jr_quota_add_locked(ntfs_journal *j, const char *session, const char *counter, int64_t delta, int64_t limit,
+                        int64_t *ret_new) {
+        int r;
         int64_t cur, next;
         if ((r = quota_read(j, session, counter, &cur)) < 0)
                 return r;
@@ -675,10 +688,17 @@ int ntfs_journal_quota_add(ntfs_journal *j, const char *session, const char *cou
                     (r = jr_step_done(j, s)) < 0)
                         return r;
         }
-        if ((r = jr_txn_commit(&t, "journal.quota")) < 0)
-                return r;
         if (ret_new)
                 *ret_new = next;
+        return 0;
+}
+
+int jr_check_charges(ntfs_journal *j, const struct ntfs_quota_charge *c, size_t n) {
+        if (n > NTFS_JOURNAL_MAX_CHARGES || (n && !c))
+                return -EINVAL;
+        for (size_t i = 0; i < n; i++)
+                if (jr_check_label(j, c[i].counter) < 0)
+                        return -EINVAL;
         return 0;
 }
 

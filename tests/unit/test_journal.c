@@ -710,6 +710,60 @@ TEST(quotas) {
         tmp_cleanup();
 }
 
+/* Counters charged with an effect's begin and finish: in the same
+ * transaction (a failed begin charges nothing), never for a known key. */
+TEST(charges_with_begin_and_finish) {
+        _cleanup_journal_ ntfs_journal *j = fresh();
+        const struct ntfs_quota_charge calls[] = { { "calls", 1 }, { "calls.bash_read", 1 } };
+        struct ntfs_effect_intent in = intent("c1", 1, "{\"command\":\"true\"}");
+        in.charges = calls;
+        in.n_charges = ARRAY_SIZE(calls);
+        _cleanup_(ntfs_effect_release) struct ntfs_effect e = {}, again = {};
+        bool existing = true;
+        ASSERT_OK(ntfs_journal_effect_begin(j, &in, &e, &existing));
+        ASSERT(!existing);
+        int64_t v = 0;
+        ASSERT_OK(ntfs_journal_quota_get(j, "s", "calls.bash_read", &v));
+        ASSERT_EQ(v, 1);
+        ASSERT_OK(ntfs_journal_effect_begin(j, &in, &again, &existing)); /* a retry */
+        ASSERT(existing);
+        ASSERT_OK(ntfs_journal_quota_get(j, "s", "calls", &v));
+        ASSERT_EQ(v, 1);
+        const struct ntfs_quota_charge used[] = { { "exec_ms", 12 }, { "output_bytes", 0 } };
+        ASSERT_OK(ntfs_journal_effect_finish_charged(j, e.id, NTFS_EFFECT_DONE, "{}", NULL, NULL, used,
+                                                     ARRAY_SIZE(used)));
+        ASSERT_OK(ntfs_journal_quota_get(j, "s", "exec_ms", &v));
+        ASSERT_EQ(v, 12);
+        json_t *all = NULL;
+        ASSERT_OK(ntfs_journal_quota_get_all(j, "s", &all));
+        ASSERT_EQ(json_object_size(all), 3); /* a zero delta writes no counter */
+        json_decref(all);
+        /* A finish that fails (not pending any more) charges nothing. */
+        ASSERT_ERR(ntfs_journal_effect_finish_charged(j, e.id, NTFS_EFFECT_DONE, "{}", NULL, NULL, used, 1),
+                   -NTFS_ECONFLICT);
+        ASSERT_OK(ntfs_journal_quota_get(j, "s", "exec_ms", &v));
+        ASSERT_EQ(v, 12);
+        /* A bad counter refuses the whole begin: no row, no charge. */
+        const struct ntfs_quota_charge bad[] = { { "calls", 1 }, { "", 1 } };
+        struct ntfs_effect_intent in2 = intent("c2", 2, "{}");
+        in2.charges = bad;
+        in2.n_charges = ARRAY_SIZE(bad);
+        ASSERT_ERR(ntfs_journal_effect_begin(j, &in2, NULL, NULL), -EINVAL);
+        struct ntfs_effect none = {};
+        ASSERT_ERR(ntfs_journal_effect_get_by_key(j, "s", "c2", &none), -NTFS_ENOTFOUND);
+        ASSERT_OK(ntfs_journal_quota_get(j, "s", "calls", &v));
+        ASSERT_EQ(v, 1);
+        /* A begin whose insert fails (unknown session) charges nothing. */
+        struct ntfs_effect_intent in3 = intent("c3", 3, "{}");
+        in3.session = "nobody";
+        in3.charges = calls;
+        in3.n_charges = 1;
+        ASSERT_ERR(ntfs_journal_effect_begin(j, &in3, NULL, NULL), -NTFS_ENOSESSION);
+        ASSERT_OK(ntfs_journal_quota_get(j, "nobody", "calls", &v));
+        ASSERT_EQ(v, 0);
+        tmp_cleanup();
+}
+
 struct seen {
         int n;
         char ids[16][65];
@@ -1133,6 +1187,7 @@ int main(void) {
         RUN(trunks_and_forks);
         RUN(trunk_cas_race);
         RUN(quotas);
+        RUN(charges_with_begin_and_finish);
         RUN(pins_and_gc_roots);
         RUN(meta);
         RUN(redaction);
