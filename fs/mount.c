@@ -27,10 +27,12 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
@@ -1612,6 +1614,8 @@ int ntfs_mount_stop(ntfs_mount *m) {
         return ret;
 }
 
+static int own_mount_call(const char *mountpoint, dev_t *dev);
+
 int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **ret) {
         if (!ws || !o || !o->mountpoint || !ret)
                 return -EINVAL;
@@ -1736,10 +1740,8 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
                 ntfs_mount_stop(m);
                 return -ETIMEDOUT;
         }
-        if (stat(m->mountpoint, &st) == 0) {
-                m->dev = st.st_dev;
+        if (own_mount_call(m->mountpoint, &m->dev) == 0)
                 m->have_dev = true;
-        }
         *ret = m;
         return 0;
 }
@@ -1756,17 +1758,116 @@ bool ntfs_mount_alive(const ntfs_mount *m) {
         return alive;
 }
 
+/* Requests to this process's own mounts (open + syncfs of a mountpoint
+ * before a checkpoint, its st_dev after a mount) are made by a helper
+ * process, not by a thread of this one. Made by a thread, a kill -9 arriving
+ * after a FUSE worker has read such a request (and before it answered)
+ * leaves that thread waiting for the answer uninterruptibly: the process
+ * never finishes dying, so it never closes /dev/fuse, which is what would
+ * abort the wait -- a zombie holding the store's lock and its mounts until
+ * someone aborts the connections by hand (found by tools/crash-loop-fs.py).
+ * The helper holds no /dev/fuse fd, so once the dying process's fds close,
+ * its request fails with ENOTCONN; it exits at EOF on its socket, when this
+ * process closes it or dies (no PR_SET_PDEATHSIG: that fires when the
+ * forking THREAD exits). One helper per process,
+ * forked on first use; calls are serialized by helper_lock. The child makes
+ * system calls only (fork of a threaded process). */
+struct helper_req {
+        char op; /* 's' syncfs, 'd' st_dev */
+        char path[PATH_MAX];
+};
+struct helper_reply {
+        int err;
+        dev_t dev;
+};
+static pthread_mutex_t helper_lock = PTHREAD_MUTEX_INITIALIZER;
+static int helper_fd = -1;
+static pid_t helper_pid;
+
+static _Noreturn void helper_main(int fd) {
+        if (fd > 3)
+                (void)close_range(3, (unsigned)fd - 1, 0);
+        (void)close_range((unsigned)fd + 1, ~0u, 0);
+        struct helper_req q;
+        for (;;) {
+                ssize_t n = recv(fd, &q, sizeof q, 0);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        _exit(0);
+                struct helper_reply a = { 0 };
+                q.path[sizeof q.path - 1] = 0;
+                struct stat st;
+                int f = open(q.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (f < 0 || (q.op == 'd' ? fstat(f, &st) : syncfs(f)) < 0)
+                        a.err = errno;
+                else if (q.op == 'd')
+                        a.dev = st.st_dev;
+                if (f >= 0)
+                        close(f);
+                if (send(fd, &a, sizeof a, MSG_NOSIGNAL) != (ssize_t)sizeof a)
+                        _exit(0);
+        }
+}
+
+static int own_mount_call(const char *mountpoint, dev_t *dev) {
+        struct helper_req q = { .op = dev ? 'd' : 's' };
+        if (strlen(mountpoint) >= sizeof q.path)
+                return -ENAMETOOLONG;
+        memcpy(q.path, mountpoint, strlen(mountpoint) + 1);
+        pthread_mutex_lock(&helper_lock);
+        int r = 0;
+        for (int attempt = 0; attempt < 2; attempt++) {
+                if (helper_fd < 0) {
+                        int sv[2];
+                        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+                                r = -errno;
+                                break;
+                        }
+                        pid_t pid = fork();
+                        if (pid < 0) {
+                                r = -errno;
+                                close(sv[0]);
+                                close(sv[1]);
+                                break;
+                        }
+                        if (pid == 0)
+                                helper_main(sv[1]);
+                        close(sv[1]);
+                        helper_fd = sv[0];
+                        helper_pid = pid;
+                }
+                struct helper_reply a;
+                ssize_t n = send(helper_fd, &q, offsetof(struct helper_req, path) + strlen(q.path) + 1,
+                                 MSG_NOSIGNAL);
+                if (n > 0) {
+                        do
+                                n = recv(helper_fd, &a, sizeof a, 0);
+                        while (n < 0 && errno == EINTR);
+                }
+                if (n == (ssize_t)sizeof a) {
+                        r = -a.err;
+                        if (r == 0 && dev)
+                                *dev = a.dev;
+                        break;
+                }
+                /* The helper died (killed from outside): reap it, start another. */
+                close(helper_fd);
+                helper_fd = -1;
+                while (waitpid(helper_pid, NULL, 0) < 0 && errno == EINTR)
+                        ;
+                r = -EIO;
+        }
+        pthread_mutex_unlock(&helper_lock);
+        return r;
+}
+
 int ntfs_mount_flush_kernel(ntfs_mount *m) {
         if (!m)
                 return -EINVAL;
         if (!ntfs_mount_alive(m))
                 return 0;
-        _cleanup_close_ int fd = open(m->mountpoint, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        if (syncfs(fd) < 0)
-                return -errno;
-        return 0;
+        return own_mount_call(m->mountpoint, NULL);
 }
 
 void ntfs_mount_get_stats(ntfs_mount *m, struct ntfs_mount_stats *ret) {

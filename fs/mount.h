@@ -76,7 +76,11 @@ bool ntfs_mount_alive(const ntfs_mount *m);
 /* Makes sure every write(2) that returned on the mount is in the store.
  * Writeback caching is off (docs/mount.md), so a returned write already
  * is; this still syncfs()es the mountpoint so that dirty pages of shared
- * writable mmaps reach the store too. Call before a checkpoint. */
+ * writable mmaps reach the store too. Call before a checkpoint.
+ * The open + syncfs (like the stat after a mount) is made by a helper child
+ * process (forked on first use, one per process, exits at this process's
+ * exit), never by a thread of this process: see own_mount_call() in mount.c
+ * for why a kill -9 must not find a thread waiting on its own mount. */
 int ntfs_mount_flush_kernel(ntfs_mount *m);
 
 /* Drops the kernel's cached entries, attributes and pages for everything
