@@ -193,8 +193,40 @@ int d_mount_add(const char *session, const char *at, const char *mp, bool ro, bo
 
 
 
+/* The canonical form of a mountpoint path without looking up the mountpoint
+ * itself: realpath() would stat it, and a stat of one of our own mounts made
+ * by a daemon thread is a FUSE request to ourselves (a kill -9 then can
+ * leave a zombie that never closes /dev/fuse; fs/mount.c). Only the parent
+ * is resolved; "." and ".." endings fall back to realpath(). */
+static char *mountpoint_key(const char *mp) {
+        size_t n = strnlen(mp, PATH_MAX);
+        while (n > 1 && mp[n - 1] == '/')
+                n--;
+        const char *slash = memrchr(mp, '/', n);
+        const char *base = slash ? slash + 1 : mp;
+        size_t blen = n - (size_t)(base - mp);
+        if (n == 0 || n >= PATH_MAX || blen == 0 || (blen == 1 && base[0] == '.') ||
+            (blen == 2 && base[0] == '.' && base[1] == '.'))
+                return realpath(mp, NULL);
+        char parent[PATH_MAX];
+        size_t plen = slash ? (size_t)(slash - mp) : 0;
+        if (slash && plen == 0)
+                plen = 1; /* "/name" */
+        if (!slash)
+                snprintf(parent, sizeof parent, ".");
+        else
+                snprintf(parent, sizeof parent, "%.*s", (int)plen, mp);
+        _cleanup_free_ char *rp = realpath(parent, NULL);
+        if (!rp)
+                return NULL;
+        char *key = NULL;
+        if (asprintf(&key, "%s/%.*s", strcmp(rp, "/") == 0 ? "" : rp, (int)blen, base) < 0)
+                return NULL;
+        return key;
+}
+
 struct dmount *d_mount_take(const char *mp) {
-        char *real = realpath(mp, NULL);
+        char *real = mountpoint_key(mp);
         const char *key = real ? real : mp;
         struct dmount *found = NULL;
         pthread_mutex_lock(&D.lock);

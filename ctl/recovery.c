@@ -15,7 +15,11 @@
  *      state, which may hold half of the effect's writes, is dropped) —
  *      except for no_side_effects tools, whose jail had a read-only workspace,
  *      so there is nothing of theirs to undo and a rollback could only drop
- *      other writers' unsaved changes.
+ *      other writers' unsaved changes; and except when the session's head is
+ *      no longer commit_before: someone else checkpointed it while the
+ *      command ran (a client, the auto-checkpoint), and a rollback would take
+ *      an acknowledged checkpoint out of the session's history. Then the
+ *      working state is kept as it is and the reason says so.
  *   3. An irreversible effect (bash_run, fetch_url) becomes `outcome_unknown`
  *      and is never re-run (a retry with its key is served that status);
  *      every other class becomes `failed` with the reason "interrupted by
@@ -45,6 +49,8 @@
 #include "common/banned.h"
 
 #define RECOVERY_REASON "interrupted by daemon crash"
+#define RECOVERY_REASON_MOVED \
+        "interrupted by daemon crash; not rolled back: the session was checkpointed while it ran"
 #define RECOVERY_REASON_IRREVERSIBLE \
         "interrupted by daemon crash: an irreversible effect is never re-run; whether it reached the outside world is unknown"
 /* How far back from the head the effect's checkpoint is looked for (a
@@ -155,6 +161,7 @@ static int recover_one(const struct ntfs_effect *e, void *ud) {
         struct ntfs_session_info si;
         int r = ntfs_session_get(D.st, e->session, &si);
         bool have_session = r == 0;
+        bool moved = false; /* the head moved past commit_before: no rollback */
         if (!have_session)
                 log_warn("recovery: effect %s (%s) of session %s: the session is gone (%s); only the row is closed",
                          effid, e->tool, e->session, ntfs_strerror(r));
@@ -179,7 +186,14 @@ static int recover_one(const struct ntfs_effect *e, void *ud) {
                                  effid, e->tool, e->session, e->step, after);
                         return 0;
                 }
-                if (e->commit_before && !readonly) {
+                char head[NTFS_HEX_LEN + 1];
+                ntfs_hash_hex(&si.head, head);
+                if (e->commit_before && !readonly && strcmp(head, e->commit_before) != 0) {
+                        moved = true;
+                        log_warn("recovery: session %s was checkpointed (head %.12s) while effect %s (%s) ran "
+                                 "from %.12s: not rolled back",
+                                 e->session, head, effid, e->tool, e->commit_before);
+                } else if (e->commit_before && !readonly) {
                         ntfs_hash h;
                         r = ntfs_rollback(D.st, e->session, e->commit_before, 0, &h);
                         if (r < 0) {
@@ -201,7 +215,8 @@ static int recover_one(const struct ntfs_effect *e, void *ud) {
                 if (r == 0)
                         st->unknown++;
         } else {
-                r = ntfs_journal_effect_finish(D.j, e->id, NTFS_EFFECT_FAILED, NULL, NULL, RECOVERY_REASON);
+                r = ntfs_journal_effect_finish(D.j, e->id, NTFS_EFFECT_FAILED, NULL, NULL,
+                                               moved ? RECOVERY_REASON_MOVED : RECOVERY_REASON);
                 if (r == 0)
                         st->failed++;
         }

@@ -325,8 +325,11 @@ def test_fork_mounts_quota_gc_fsck(daemon, scratch):
     # mounting on a busy mountpoint
     r = daemon.ctl("mount", "child3", mp)
     assert r.returncode == 1 and r.stderr.startswith("ntfs-ctl: ")
-    # unmount over HTTP and with the CLI (relative path)
-    h = daemon.http("POST", "/v1/mounts/unmount", {"mountpoint": os.path.join(scratch, "c3")})
+    # unmount over HTTP and with the CLI (relative path); the daemon resolves
+    # the parent only (never stats its own mount): a symlinked parent and a
+    # trailing slash name the same mount
+    os.symlink(scratch, os.path.join(scratch, "via"))
+    h = daemon.http("POST", "/v1/mounts/unmount", {"mountpoint": os.path.join(scratch, "via", "c3") + "/"})
     assert h.status == 200 and h.json["unmounted"] is True
     assert daemon.ctl("umount", "child2", cwd=scratch).returncode == 0
     assert not os.path.ismount(mp2)

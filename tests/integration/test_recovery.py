@@ -174,6 +174,45 @@ def test_crash_matrix(runner, counter, tool, point):
         assert "recovery:" in r.log_tail(), "recovery did not log what it did"
 
 
+def test_checkpoint_acknowledged_during_a_command_survives_recovery(runner, counter):
+    """A client checkpoints the session while a jailed bash_write runs; the
+    daemon is killed before the command ends. Recovery must not roll the
+    session back to the command's commit_before: that would take the
+    acknowledged checkpoint out of the session's history."""
+    r = runner
+    r.start()
+    r.ok("POST", "/v1/sessions", {"name": "w"})
+    st, j = r.exec("w", "bash_write", "echo base > base.txt", key="base")
+    assert st == 200 and j["exit_code"] == 0, j
+    c0 = r.head("w")
+    tag = "/moved"
+    cmd = "echo partial > p.txt; " + counter.curl(tag + "/started") + "; sleep 5; echo late >> p.txt"
+
+    def call():
+        try:
+            r.exec("w", "bash_write", cmd, key="long")
+        except OSError:
+            pass  # the daemon died under the call
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    counter.wait(tag + "/started")
+    ack = r.ok("POST", "/v1/sessions/w/checkpoint", {"message": "acknowledged"})["commit"]
+    assert ack != c0
+    r.kill9()
+    t.join(30)
+    r.start()
+    assert r.head("w") == ack, "recovery moved the head off an acknowledged checkpoint"
+    hist = r.ok("GET", "/v1/sessions/w/log")
+    ids = [c["commit"] for c in hist["commits"]]
+    assert ack in ids and c0 in ids
+    e = [x for x in r.effects("w") if x["idempotency_key"] == "long"][0]
+    assert e["status"] == "failed", e
+    assert "not rolled back" in e["reason"], e
+    assert read_file(r, "w", "p.txt") == "partial\n"  # the working state was kept
+    rc = r.ctl("fsck")
+    assert rc.returncode == 0 and rc.stdout.startswith("ok"), rc.stdout + rc.stderr
+
+
 def test_repeated_key_runs_nothing(runner, counter):
     r = runner
     r.start()
