@@ -97,6 +97,18 @@ int d_checkpoint(const char *name, const char *msg, const char *effect, ntfs_has
  * -NTFS_EQUOTA (why names the rule), -NTFS_ENOTFOUND. */
 int d_policy_admit(const char *session, const char *tool, uint64_t *ret_timeout_ms, uint64_t *ret_output_limit,
                    char *why, size_t whylen);
+/* State-changing commands in flight, and fsyncs made meanwhile through the
+ * session's other mounts (ctl/routes-exec.c, docs/recovery.md): recovery
+ * must not roll back a session whose other writer fsync'd while a command
+ * ran. d_inflight_enter before the command's pre-checkpoint, _leave after
+ * its finish. d_ext_fsync is the on_fsync hook of a non-internal rw mount:
+ * while a command of the session is in flight it records the session in
+ * the journal (meta key D_EXT_FSYNC_KEY), durably, before the fsync
+ * returns. */
+#define D_EXT_FSYNC_KEY "ext_fsync_during_effect"
+void d_inflight_enter(const char *session);
+void d_inflight_leave(const char *session);
+int d_ext_fsync(void *dmount);
 /* Adds a finished call's exec time and output to the session's counters. */
 void d_policy_charge(const char *session, uint64_t exec_ms, uint64_t output_bytes);
 int d_run_tool(const char *session, const char *tool, const char *command, const char *key, double timeout_s,

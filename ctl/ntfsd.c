@@ -162,17 +162,28 @@ int d_mount_add(const char *session, const char *at, const char *mp, bool ro, bo
                 free(real);
                 return r;
         }
+        m->session = session && !at ? strdup(session) : NULL;
+        if (session && !at && !m->session) {
+                ntfs_ws_close(m->ws);
+                free(real);
+                return -ENOMEM;
+        }
         struct ntfs_mount_opts o;
         ntfs_mount_opts_init(&o);
         o.mountpoint = real;
         o.read_only = ro || at;
+        if (!internal && !o.read_only && m->session) {
+                /* another writer beside the jail's internal mount */
+                o.on_fsync = d_ext_fsync;
+                o.on_fsync_ud = m;
+        }
         r = ntfs_mount_start(m->ws, &o, &m->m);
         if (r < 0) {
                 ntfs_ws_close(m->ws);
+                free(m->session);
                 free(real);
                 return r;
         }
-        m->session = session && !at ? strdup(session) : NULL;
         m->at = at ? strdup(at) : NULL;
         m->ro = o.read_only;
         m->internal = internal;

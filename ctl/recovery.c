@@ -19,7 +19,10 @@
  *      no longer commit_before: someone else checkpointed it while the
  *      command ran (a client, the auto-checkpoint), and a rollback would take
  *      an acknowledged checkpoint out of the session's history. Then the
- *      working state is kept as it is and the reason says so.
+ *      working state is kept as it is and the reason says so. Likewise
+ *      when another mount of the session fsync'd while the command ran (the
+ *      journal's D_EXT_FSYNC_KEY marker, written before that fsync
+ *      returned): a rollback would drop what it made durable.
  *   3. An irreversible effect (bash_run, fetch_url) becomes `outcome_unknown`
  *      and is never re-run (a retry with its key is served that status);
  *      every other class becomes `failed` with the reason "interrupted by
@@ -49,6 +52,8 @@
 #include "common/banned.h"
 
 #define RECOVERY_REASON "interrupted by daemon crash"
+#define RECOVERY_REASON_FSYNCED \
+        "interrupted by daemon crash; not rolled back: another mount of the session fsync'd while it ran"
 #define RECOVERY_REASON_MOVED \
         "interrupted by daemon crash; not rolled back: the session was checkpointed while it ran"
 #define RECOVERY_REASON_IRREVERSIBLE \
@@ -62,7 +67,21 @@ extern char **environ;
 
 struct recovery_stats {
         unsigned seen, completed, rolled_back, failed, unknown, errors;
+        const char *fsynced; /* D_EXT_FSYNC_KEY's value: sessions, one per line (or NULL) */
 };
+
+/* Whether session is a line of the marker. */
+static bool marked(const char *list, const char *session) {
+        size_t n = strlen(session);
+        for (const char *p = list; p && *p;) {
+                const char *nl = strchr(p, '\n');
+                size_t l = nl ? (size_t)(nl - p) : strlen(p);
+                if (l == n && memcmp(p, session, n) == 0)
+                        return true;
+                p = nl ? nl + 1 : p + l;
+        }
+        return false;
+}
 
 /* ---- stale mounts ------------------------------------------------------------------------ */
 
@@ -161,7 +180,8 @@ static int recover_one(const struct ntfs_effect *e, void *ud) {
         struct ntfs_session_info si;
         int r = ntfs_session_get(D.st, e->session, &si);
         bool have_session = r == 0;
-        bool moved = false; /* the head moved past commit_before: no rollback */
+        bool moved = false;   /* the head moved past commit_before: no rollback */
+        bool fsynced = false; /* another mount fsync'd meanwhile: no rollback */
         if (!have_session)
                 log_warn("recovery: effect %s (%s) of session %s: the session is gone (%s); only the row is closed",
                          effid, e->tool, e->session, ntfs_strerror(r));
@@ -188,7 +208,12 @@ static int recover_one(const struct ntfs_effect *e, void *ud) {
                 }
                 char head[NTFS_HEX_LEN + 1];
                 ntfs_hash_hex(&si.head, head);
-                if (e->commit_before && !readonly && strcmp(head, e->commit_before) != 0) {
+                if (e->commit_before && !readonly && marked(st->fsynced, e->session)) {
+                        fsynced = true;
+                        log_warn("recovery: another mount of session %s fsync'd while effect %s (%s) ran: "
+                                 "not rolled back",
+                                 e->session, effid, e->tool);
+                } else if (e->commit_before && !readonly && strcmp(head, e->commit_before) != 0) {
                         moved = true;
                         log_warn("recovery: session %s was checkpointed (head %.12s) while effect %s (%s) ran "
                                  "from %.12s: not rolled back",
@@ -216,7 +241,9 @@ static int recover_one(const struct ntfs_effect *e, void *ud) {
                         st->unknown++;
         } else {
                 r = ntfs_journal_effect_finish(D.j, e->id, NTFS_EFFECT_FAILED, NULL, NULL,
-                                               moved ? RECOVERY_REASON_MOVED : RECOVERY_REASON);
+                                               fsynced ? RECOVERY_REASON_FSYNCED
+                                               : moved ? RECOVERY_REASON_MOVED
+                                                       : RECOVERY_REASON);
                 if (r == 0)
                         st->failed++;
         }
@@ -233,8 +260,16 @@ static int recover_one(const struct ntfs_effect *e, void *ud) {
 int d_recovery_run(void) {
         clean_stale_mounts();
         struct recovery_stats st = { 0 };
-        int r = ntfs_journal_pending(D.j, recover_one, &st);
+        _cleanup_free_ char *fsynced = NULL;
+        int r = ntfs_journal_meta_get(D.j, D_EXT_FSYNC_KEY, &fsynced);
+        if (r < 0 && r != -NTFS_ENOTFOUND && r != -ENOENT)
+                return r;
+        st.fsynced = fsynced;
+        r = ntfs_journal_pending(D.j, recover_one, &st);
         if (r < 0)
+                return r;
+        /* Every command it was about is closed now. */
+        if (fsynced && *fsynced && (r = ntfs_journal_meta_set(D.j, D_EXT_FSYNC_KEY, "")) < 0)
                 return r;
         if (st.seen)
                 log_info("recovery: %u pending effect(s): %u completed, %u rollback(s), %u failed (re-runnable), "

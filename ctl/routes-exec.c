@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,114 @@ void d_policy_charge(const char *session, uint64_t exec_ms, uint64_t output_byte
                 (void)ntfs_journal_quota_add(D.j, session, "output_bytes", (int64_t)output_bytes, -1, NULL);
 }
 
+/* ---- state-changing commands in flight, and other writers' fsyncs ------- */
+
+/* Recovery undoes an interrupted state-changing command by rolling its
+ * session back to commit_before. A file fsync'd meanwhile through another
+ * mount of the session would go with it, so such an fsync records the
+ * session (journal meta D_EXT_FSYNC_KEY: session names, one per line)
+ * before it returns, and recovery keeps those sessions' working states.
+ * ext_lock serializes the table and the marker's writes. */
+struct inflight {
+        char *session;
+        unsigned n;      /* commands in flight */
+        bool marked;     /* in the durable marker */
+        struct inflight *next;
+};
+static pthread_mutex_t ext_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct inflight *inflights;
+
+static struct inflight *inflight_find(const char *session) {
+        for (struct inflight *f = inflights; f; f = f->next)
+                if (strcmp(f->session, session) == 0)
+                        return f;
+        return NULL;
+}
+
+/* Writes the marker: the marked sessions, one per line (ext_lock held). */
+static int marker_write(void) {
+        size_t len = 1;
+        for (struct inflight *f = inflights; f; f = f->next)
+                if (f->marked)
+                        len += strlen(f->session) + 1;
+        _cleanup_free_ char *v = malloc(len);
+        if (!v)
+                return -ENOMEM;
+        size_t o = 0;
+        for (struct inflight *f = inflights; f; f = f->next)
+                if (f->marked) {
+                        size_t l = strlen(f->session);
+                        memcpy(v + o, f->session, l);
+                        v[o + l] = '\n';
+                        o += l + 1;
+                }
+        v[o] = 0;
+        return ntfs_journal_meta_set(D.j, D_EXT_FSYNC_KEY, v);
+}
+
+void d_inflight_enter(const char *session) {
+        pthread_mutex_lock(&ext_lock);
+        /* An entry is in the list exactly while n > 0. */
+        struct inflight *f = inflight_find(session);
+        if (!f && (f = calloc(1, sizeof *f))) {
+                if ((f->session = strdup(session))) {
+                        f->next = inflights;
+                        inflights = f;
+                } else {
+                        free(f);
+                        f = NULL;
+                }
+        }
+        if (f)
+                f->n++;
+        else
+                log_warn("out of memory tracking a command of %s: an fsync beside it is not protected", session);
+        pthread_mutex_unlock(&ext_lock);
+}
+
+void d_inflight_leave(const char *session) {
+        pthread_mutex_lock(&ext_lock);
+        struct inflight **pp = &inflights;
+        while (*pp && strcmp((*pp)->session, session) != 0)
+                pp = &(*pp)->next;
+        struct inflight *f = *pp;
+        if (f && f->n > 0 && --f->n == 0) {
+                bool was = f->marked;
+                *pp = f->next;
+                if (was) {
+                        int r = marker_write(); /* without f: the command is over */
+                        if (r < 0) /* a stale marker only makes recovery keep a working state */
+                                log_warn("journal: clearing the fsync marker of %s: %s", session, ntfs_strerror(r));
+                }
+                free(f->session);
+                free(f);
+        }
+        pthread_mutex_unlock(&ext_lock);
+}
+
+int d_ext_fsync(void *ud) {
+        const struct dmount *m = ud;
+        int r = 0;
+        pthread_mutex_lock(&ext_lock);
+        struct inflight *f = m->session ? inflight_find(m->session) : NULL;
+        if (f && f->n > 0 && !f->marked) {
+                f->marked = true;
+                if ((r = marker_write()) < 0) {
+                        f->marked = false;
+                        log_error("journal: recording an fsync of %s beside a running command: %s", m->session,
+                                  ntfs_strerror(r));
+                        r = -EIO;
+                }
+        }
+        pthread_mutex_unlock(&ext_lock);
+        return r;
+}
+
+static void inflight_leavep(const char **session) {
+        if (*session)
+                d_inflight_leave(*session);
+}
+
 /* The answer to a call whose key the journal knows: its recorded result
  * (or its status, when it never finished), marked replayed. */
 static json_t *recorded_result(const struct ntfs_effect *eff, const struct ntfs_tool_spec *spec) {
@@ -172,6 +281,13 @@ static int run_tool(const char *session, const char *tool, const char *command, 
         size_t n_charges = 0;
         if ((r = policy_check(session, tool, &timeout_ms, &out_limit, charges, &n_charges, why, whylen)) < 0)
                 return r;
+        /* Other mounts' fsyncs from here on are recorded (before the
+         * pre-checkpoint: one between it and begin is not in commit_before). */
+        _cleanup_(inflight_leavep) const char *inflight = NULL;
+        if (spec->workspace_rw) {
+                d_inflight_enter(session);
+                inflight = session;
+        }
         /* commit_before must be the exact state the effect starts from, so a
          * state-changing call on a dirty session checkpoints it first (else
          * recovery's rollback would lose writes made through a mount). */

@@ -85,6 +85,8 @@ struct ntfs_mount {
         bool read_only;
         void (*on_exit)(ntfs_mount *m, void *ud);
         void *on_exit_ud;
+        int (*on_fsync)(void *ud);
+        void *on_fsync_ud;
 
         pthread_t loop_thread;
         bool loop_started;
@@ -997,9 +999,17 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) 
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) { fuse_reply_err(req, 0); }
 
-static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi) {
-        reply_err(req, ntfs_ws_fsync(req_mount(req)->ws));
+/* fsync(2) and fdatasync(2) of a file or a directory: the whole working
+ * state is made durable (one LMDB commit), then the owner's hook runs. */
+static void do_fsync(fuse_req_t req) {
+        ntfs_mount *m = req_mount(req);
+        int r = ntfs_ws_fsync(m->ws);
+        if (r == 0 && m->on_fsync)
+                r = m->on_fsync(m->on_fsync_ud);
+        reply_err(req, r);
 }
+
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi) { do_fsync(req); }
 
 struct rd_ctx {
         fuse_req_t req;
@@ -1073,9 +1083,7 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) { fuse_reply_err(req, 0); }
 
-static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi) {
-        reply_err(req, ntfs_ws_fsync(req_mount(req)->ws));
-}
+static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi) { do_fsync(req); }
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino) {
         struct statvfs sv;
@@ -1641,6 +1649,8 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
         m->max_threads = o->max_threads ? o->max_threads : 8;
         m->on_exit = o->on_exit;
         m->on_exit_ud = o->on_exit_ud;
+        m->on_fsync = o->on_fsync;
+        m->on_fsync_ud = o->on_fsync_ud;
         if (o->debug)
                 mount_debug = true;
         m->nibuckets = 256;

@@ -54,6 +54,11 @@ struct ntfs_mount_opts {
          * It must not call ntfs_mount_stop() itself. */
         void (*on_exit)(ntfs_mount *m, void *ud);
         void *on_exit_ud;
+        /* Called in the worker thread after an FSYNC or FSYNCDIR made the
+         * working state durable, before the reply: a negative errno from it
+         * is the reply (the caller's fsync fails). NULL: none. */
+        int (*on_fsync)(void *ud);
+        void *on_fsync_ud;
 };
 
 /* Fills o with the defaults above (mountpoint NULL). */

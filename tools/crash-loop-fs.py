@@ -362,8 +362,9 @@ class Loop:
     def exec_some(self, rnd):
         """Jailed commands (the journal's side of the check) on a session of
         their own ("clx"), or with --exec-shared on session 0, where the
-        writer writes too (see docs/reliability.md: a crash during such a
-        command rolls session 0 back and loses fsync'd writes)."""
+        writer writes and fsyncs too (docs/reliability.md: recovery must
+        not roll session 0 back over what its mount fsync'd or checkpointed
+        while a command ran)."""
         name = self.sessions[0].name if self.a.exec_shared else "clx"
         try:
             while not self.stop.is_set():
@@ -653,7 +654,7 @@ def main():
     ap.add_argument("--pace", type=float, default=0.0, help="pause between a writer's operations (s)")
     ap.add_argument("--exec", action="store_true", help="also run jailed commands on a session of their own")
     ap.add_argument("--exec-shared", action="store_true",
-                    help="run the jailed commands on session 0, beside its writer (known to lose data)")
+                    help="run the jailed commands on session 0, beside its writer and checkpointer")
     ap.add_argument("--inject", choices=["ckpt", "fsync"], help="self-test: append a false claim")
     ap.add_argument("--progress", type=int, default=0, help="print a line every N kills")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")

@@ -9,9 +9,8 @@ commit is in the history. And the checker's self-test: a false claim
 appended to the log (a checkpoint that does not exist, a wrong hash for an
 fsync'd file) must be reported as a loss. Plus two kill -9 tests found by
 the crash loop: ntfsd must always die (fixed in fs/mount.c), and the
-reproducer of recovery dropping a concurrent writer's data: fixed when the
-session was checkpointed meanwhile, xfail(strict) when it was not
-(docs/reliability.md).
+reproducer of recovery dropping a concurrent writer's data (fixed;
+docs/reliability.md).
 
 Runs against NTFS_BUILD (normal or ASan). NTFS_CRASHLOOP_KILLS (default 5)
 and NTFS_CRASHLOOP_SEED (default 1215) override; docs/reliability.md has
@@ -51,7 +50,7 @@ def run(tmp_path, *args, timeout=300):
 def test_crash_loop_fs_short(tmp_path):
     args = ["--kills", str(KILLS), "--max-delay", "1.0"]
     if os.geteuid() == 0:
-        args.append("--exec")
+        args.append("--exec-shared")  # jailed commands beside session 0's writer
     r = run(tmp_path, *args)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ok: nothing lost" in r.stdout
@@ -151,21 +150,16 @@ def test_kill9_while_checkpointing_always_dies(tmp_path):
     assert hung == [], f"ntfsd did not die after kill -9 in rounds {hung} of {KILL_ROUNDS}"
 
 
-@pytest.mark.parametrize("checkpoint_during", [
-    True,
-    pytest.param(False, marks=pytest.mark.xfail(
-        strict=True, reason="with no checkpoint since the command began, recovery rolls the session back to "
-        "the effect's commit_before and drops what a mount fsync'd meanwhile (docs/recovery.md, "
-        "docs/reliability.md; found by crash-loop-fs --exec-shared; not fixed yet)")),
-])
+@pytest.mark.parametrize("checkpoint_during", [True, False])
 def test_exec_recovery_keeps_fsynced_writes_and_checkpoints(tmp_path, checkpoint_during):
     """A deterministic form of what `crash-loop-fs --exec-shared` finds:
     a writer on a mount fsyncs a file (and, with checkpoint_during, a client
     checkpoints) while a jailed command of the same session runs; ntfsd dies
     after the command (exec.after_run). After the restart the fsync'd files
     must be there and the acknowledged checkpoint must still be in the
-    session's history. Fixed for checkpoint_during (recovery does not roll
-    back a session whose head moved); the other case is the known loss."""
+    session's history. Both were lost before recovery learnt not to roll
+    back a session whose head moved (checkpoint_during) or whose other
+    mount fsync'd while the command ran (the journal's fsync marker)."""
     if os.geteuid() != 0:
         pytest.skip("the jail needs root")
     if find_bin("ntfsd") is None or find_bin("ntfs-jail") is None:
