@@ -109,6 +109,39 @@ int d_policy_admit(const char *session, const char *tool, uint64_t *ret_timeout_
 void d_inflight_enter(const char *session);
 void d_inflight_leave(const char *session);
 int d_ext_fsync(void *dmount);
+/* Running operations followed by a client-chosen progress id (ctl/optable.c):
+ * each route module has its own table (D_OPTABLE), so ids are looked up per
+ * module. The caller owns prog, which must outlive d_op_end; render turns it
+ * into the progress route's fields (a new JSON object, NULL on failure). */
+#define D_OP_ID_MAX 64
+struct d_op {
+        bool used;
+        char id[D_OP_ID_MAX + 1];
+        const char *kind;
+        char session[NTFS_NAME_MAX + 1];
+        int64_t started_ns;
+        const void *prog;
+        json_t *(*render)(const void *prog);
+};
+struct d_optable {
+        pthread_mutex_t lock;
+        size_t n;
+        struct d_op *slots;
+};
+#define D_OPTABLE(name, max)                      \
+        static struct d_op name##_slots[max];     \
+        static struct d_optable name = { PTHREAD_MUTEX_INITIALIZER, max, name##_slots }
+/* 1..D_OP_ID_MAX of [A-Za-z0-9_-]. */
+bool d_op_id_valid(const char *s);
+/* A slot for id, or NULL (id NULL or invalid, taken, or the table full): the
+ * operation then runs untracked. */
+struct d_op *d_op_start(struct d_optable *t, const char *id, const char *kind, const char *session,
+                        const void *prog, json_t *(*render)(const void *prog));
+void d_op_end(struct d_optable *t, struct d_op *o);
+/* {"id","kind","session", render's fields..., "elapsed"} of the running
+ * operation id; *ret_found false when there is none. NULL with *ret_found
+ * true: out of memory. */
+json_t *d_op_progress(struct d_optable *t, const char *id, bool *ret_found);
 /* Adds a finished call's exec time and output to the session's counters. */
 void d_policy_charge(const char *session, uint64_t exec_ms, uint64_t output_bytes);
 int d_run_tool(const char *session, const char *tool, const char *command, const char *key, double timeout_s,

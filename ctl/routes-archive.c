@@ -42,82 +42,24 @@ static struct ntfs_archive_limits dlimits;
 
 /* ---- progress of running exports and imports -------------------------------------------- */
 
-#define MAX_OPS 64
-#define OP_ID_MAX 64
 #define FIFO_WAIT_MS 30000 /* an import from a pipe waits this long for its writer */
 
-struct op {
-        bool used;
-        char id[OP_ID_MAX + 1];
-        const char *kind; /* "export" | "import" */
-        char session[NTFS_NAME_MAX + 1];
-        int64_t started_ns;
-        struct ntfs_archive_progress prog;
-};
-static struct op ops[MAX_OPS];
-static pthread_mutex_t ops_lock = PTHREAD_MUTEX_INITIALIZER;
+D_OPTABLE(ops, 64);
 
-static bool op_id_valid(const char *s) {
-        size_t n = strlen(s);
-        if (n == 0 || n > OP_ID_MAX)
-                return false;
-        for (const char *p = s; *p; p++)
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
-                      *p == '_'))
-                        return false;
-        return true;
-}
-
-/* A slot for id (NULL when none was asked for, or the table is full, or the
- * id is taken: the operation then runs untracked). */
-static struct op *op_start(const char *id, const char *kind, const char *session) {
-        if (!id || !op_id_valid(id))
-                return NULL;
-        struct op *slot = NULL;
-        pthread_mutex_lock(&ops_lock);
-        for (size_t i = 0; i < MAX_OPS; i++) {
-                if (ops[i].used && strcmp(ops[i].id, id) == 0) {
-                        slot = NULL;
-                        break;
-                }
-                if (!ops[i].used && !slot)
-                        slot = &ops[i];
-        }
-        if (slot) {
-                *slot = (struct op){ .used = true, .kind = kind, .started_ns = ntfs_now_ns() };
-                snprintf(slot->id, sizeof slot->id, "%s", id);
-                snprintf(slot->session, sizeof slot->session, "%s", session);
-        }
-        pthread_mutex_unlock(&ops_lock);
-        return slot;
-}
-
-static void op_end(struct op *o) {
-        if (!o)
-                return;
-        pthread_mutex_lock(&ops_lock);
-        o->used = false;
-        pthread_mutex_unlock(&ops_lock);
+static json_t *render_progress(const void *prog) {
+        struct ntfs_archive_progress p;
+        ntfs_archive_progress_get(prog, &p);
+        return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "entries", (json_int_t)p.entries, "bytes",
+                         (json_int_t)p.bytes, "stream_bytes", (json_int_t)p.stream_bytes, "total_entries",
+                         (json_int_t)p.total_entries, "total_bytes", (json_int_t)p.total_bytes,
+                         "total_stream_bytes", (json_int_t)p.total_stream_bytes);
 }
 
 static int h_progress(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
         const char *id = d_param(req, "id");
-        json_t *o = NULL;
-        pthread_mutex_lock(&ops_lock);
-        for (size_t i = 0; i < MAX_OPS && !o; i++) {
-                if (!ops[i].used || strcmp(ops[i].id, id) != 0)
-                        continue;
-                struct ntfs_archive_progress p;
-                ntfs_archive_progress_get(&ops[i].prog, &p);
-                o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "id", ops[i].id, "kind",
-                              ops[i].kind, "session", ops[i].session, "entries", (json_int_t)p.entries, "bytes",
-                              (json_int_t)p.bytes, "stream_bytes", (json_int_t)p.stream_bytes, "total_entries",
-                              (json_int_t)p.total_entries, "total_bytes", (json_int_t)p.total_bytes,
-                              "total_stream_bytes", (json_int_t)p.total_stream_bytes, "elapsed",
-                              (double)(ntfs_now_ns() - ops[i].started_ns) / 1e9);
-        }
-        pthread_mutex_unlock(&ops_lock);
-        if (!o)
+        bool found;
+        json_t *o = d_op_progress(&ops, id, &found);
+        if (!found)
                 return ntfs_http_error(resp, -NTFS_ENOTFOUND, "no running export or import with id '%.64s'", id);
         return d_reply(resp, 200, o);
 }
@@ -152,8 +94,8 @@ struct export_ctx {
          * commit's objects, ntfs_tree_walk). */
         ntfs_ws *view;
         enum ntfs_archive_format fmt;
-        struct op *op;
-        struct ntfs_archive_progress local;
+        struct d_op *op;
+        struct ntfs_archive_progress prog;
         char label[NTFS_NAME_MAX + 80];
 };
 
@@ -163,7 +105,7 @@ static void export_ctx_free(void *p) {
                 return;
         if (c->view)
                 ntfs_ws_close(c->view);
-        op_end(c->op);
+        d_op_end(&ops, c->op);
         free(c);
 }
 
@@ -175,7 +117,7 @@ static int export_stream(void *ctx, ntfs_http_stream *out) {
         struct export_ctx *c = ctx;
         char why[512] = "";
         int64_t t0 = ntfs_mono_ns();
-        struct ntfs_archive_progress *p = c->op ? &c->op->prog : &c->local;
+        struct ntfs_archive_progress *p = &c->prog;
         int r = ntfs_archive_export(D.st, &c->commit, c->fmt, sink_http, out, p, why, sizeof why);
         if (r < 0)
                 log_warn("export of %s failed: %s", c->label, why[0] ? why : ntfs_strerror(r));
@@ -188,7 +130,7 @@ static int export_stream(void *ctx, ntfs_http_stream *out) {
 
 static int h_export(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
         const char *name = d_param(req, "name");
-        char at[1024], fmts[32], pid[OP_ID_MAX + 2];
+        char at[1024], fmts[32], pid[D_OP_ID_MAX + 2];
         int r;
         struct ntfs_session_info si;
         if ((r = ntfs_session_get(D.st, name, &si)) < 0)
@@ -209,7 +151,7 @@ static int h_export(void *ud, const ntfs_http_request *req, ntfs_http_response *
                         return ntfs_http_error(resp, r, "%s", why);
         }
         bool want_progress = ntfs_http_request_query(req, "progress", pid, sizeof pid) > 0;
-        if (want_progress && !op_id_valid(pid))
+        if (want_progress && !d_op_id_valid(pid))
                 return ntfs_http_error(resp, -NTFS_EBADREQ, "'progress' must be 1..64 of [A-Za-z0-9_-]");
 
         char hex[NTFS_HEX_LEN + 1], sid[NTFS_HEX_LEN + 1];
@@ -229,11 +171,10 @@ static int h_export(void *ud, const ntfs_http_request *req, ntfs_http_response *
                 free(c);
                 return ntfs_http_error(resp, r, "cannot open commit %s: %s", sid, ntfs_strerror(r));
         }
+        __atomic_store_n(&c->prog.total_entries, ci.inodes, __ATOMIC_RELAXED);
+        __atomic_store_n(&c->prog.total_bytes, ci.bytes, __ATOMIC_RELAXED);
         if (want_progress)
-                c->op = op_start(pid, "export", name);
-        struct ntfs_archive_progress *p = c->op ? &c->op->prog : &c->local;
-        __atomic_store_n(&p->total_entries, ci.inodes, __ATOMIC_RELAXED);
-        __atomic_store_n(&p->total_bytes, ci.bytes, __ATOMIC_RELAXED);
+                c->op = d_op_start(&ops, pid, "export", name, &c->prog, render_progress);
 
         char disp[NTFS_NAME_MAX + NTFS_HEX_LEN + 64], fname[NTFS_NAME_MAX + 1];
         size_t k = 0;
@@ -367,7 +308,7 @@ static int h_import(void *ud, const ntfs_http_request *req, ntfs_http_response *
         _cleanup_(json_decrefp) json_t *body = NULL;
         const char *path = NULL, *message = NULL, *prog_id = NULL;
         const json_t *jent = NULL, *jbytes = NULL;
-        char qent[32] = "", qbytes[32] = "", qmsg[1024] = "", qprog[OP_ID_MAX + 2] = "";
+        char qent[32] = "", qbytes[32] = "", qmsg[1024] = "", qprog[D_OP_ID_MAX + 2] = "";
         int r;
         if (by_path) {
                 json_error_t je;
@@ -399,7 +340,7 @@ static int h_import(void *ud, const ntfs_http_request *req, ntfs_http_response *
                         return ntfs_http_error(resp, -NTFS_EBADREQ,
                                                "empty body: send the archive, or JSON {\"path\": ...}");
         }
-        if (prog_id && !op_id_valid(prog_id))
+        if (prog_id && !d_op_id_valid(prog_id))
                 return ntfs_http_error(resp, -NTFS_EBADREQ, "'progress' must be 1..64 of [A-Za-z0-9_-]");
         struct ntfs_archive_limits lim;
         if ((r = parse_limit("max_entries", jent, qent, dlimits.max_entries, &lim.max_entries, resp)) < 0 ||
@@ -414,9 +355,8 @@ static int h_import(void *ud, const ntfs_http_request *req, ntfs_http_response *
                 return ntfs_http_error(resp, r, "%s", why);
         struct ntfs_archive_source src = { .fd = fd, .mem = by_path ? NULL : req->body,
                                            .len = by_path ? 0 : req->body_len };
-        struct op *op = op_start(prog_id, "import", name);
-        struct ntfs_archive_progress local = { 0 };
-        struct ntfs_archive_progress *p = op ? &op->prog : &local;
+        struct ntfs_archive_progress prog = { 0 }, *p = &prog;
+        struct d_op *op = d_op_start(&ops, prog_id, "import", name, p, render_progress);
         char msg[1100];
         if (!message) {
                 snprintf(msg, sizeof msg, "import %s", by_path ? path : "(request body)");
@@ -427,7 +367,7 @@ static int h_import(void *ud, const ntfs_http_request *req, ntfs_http_response *
         r = ntfs_archive_import(D.st, name, &src, &lim, message, p, &h, why, sizeof why);
         struct ntfs_archive_progress fin;
         ntfs_archive_progress_get(p, &fin);
-        op_end(op);
+        d_op_end(&ops, op);
         if (r < 0) {
                 log_info("import into %s refused: %s", name, why[0] ? why : ntfs_strerror(r));
                 return ntfs_http_error(resp, r, "%s", why[0] ? why : ntfs_strerror(r));

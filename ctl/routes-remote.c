@@ -140,92 +140,31 @@ static int find(const char *name, struct ntfs_remote_cfg *ret) {
 
 /* ---- progress of running transfers (the client picks the id) ------------------------------ */
 
-#define MAX_OPS 32
-#define OP_ID_MAX 64
-
-struct op {
-        bool used;
-        char id[OP_ID_MAX + 1];
-        const char *kind; /* "push" | "pull" | "clone" */
-        char session[NTFS_NAME_MAX + 1];
-        int64_t started_ns;
-        struct ntfs_remote_progress prog;
-};
-static struct op ops[MAX_OPS];
-static pthread_mutex_t ops_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static bool op_id_valid(const char *s) {
-        size_t n = strlen(s);
-        if (n == 0 || n > OP_ID_MAX)
-                return false;
-        for (const char *p = s; *p; p++)
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
-                      *p == '_'))
-                        return false;
-        return true;
-}
+D_OPTABLE(ops, 32);
 
 /* Reads the optional "progress" id of the body: 0 (*ret NULL when absent)
  * or the error answered. */
 static int want_progress_id(const ntfs_http_request *req, ntfs_http_response *resp, const char **ret) {
         int r = d_want_string(req, resp, "progress", false, ret);
-        if (r == 0 && *ret && !op_id_valid(*ret))
+        if (r == 0 && *ret && !d_op_id_valid(*ret))
                 return ntfs_http_error(resp, -NTFS_EBADREQ, "'progress' must be 1..64 of [A-Za-z0-9_-]");
         return r;
 }
 
-/* A slot for id (NULL when none was asked for, the table is full or the id
- * is taken: the transfer then runs untracked). */
-static struct op *op_start(const char *id, const char *kind, const char *session) {
-        if (!id)
-                return NULL;
-        struct op *slot = NULL;
-        pthread_mutex_lock(&ops_lock);
-        for (size_t i = 0; i < MAX_OPS; i++) {
-                if (ops[i].used && strcmp(ops[i].id, id) == 0) {
-                        slot = NULL;
-                        break;
-                }
-                if (!ops[i].used && !slot)
-                        slot = &ops[i];
-        }
-        if (slot) {
-                *slot = (struct op){ .used = true, .kind = kind, .started_ns = ntfs_now_ns() };
-                snprintf(slot->id, sizeof slot->id, "%s", id);
-                snprintf(slot->session, sizeof slot->session, "%s", session);
-        }
-        pthread_mutex_unlock(&ops_lock);
-        return slot;
-}
-
-static void op_end(struct op *o) {
-        if (!o)
-                return;
-        pthread_mutex_lock(&ops_lock);
-        o->used = false;
-        pthread_mutex_unlock(&ops_lock);
+static json_t *render_progress(const void *prog) {
+        struct ntfs_remote_progress p;
+        ntfs_remote_progress_get(prog, &p);
+        return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "bytes", (json_int_t)p.bytes, "total_bytes",
+                         (json_int_t)p.total_bytes, "objects", (json_int_t)p.objects, "total_objects",
+                         (json_int_t)p.total_objects, "packs", (json_int_t)p.packs, "total_packs",
+                         (json_int_t)p.total_packs, "totals_final", p.totals_final != 0);
 }
 
 static int h_progress(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
         (void)ud;
         const char *id = d_param(req, "id");
-        json_t *o = NULL;
-        bool found = false;
-        pthread_mutex_lock(&ops_lock);
-        for (size_t i = 0; i < MAX_OPS && !found; i++) {
-                if (!ops[i].used || strcmp(ops[i].id, id) != 0)
-                        continue;
-                found = true;
-                struct ntfs_remote_progress p;
-                ntfs_remote_progress_get(&ops[i].prog, &p);
-                o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:f}", "id", ops[i].id, "kind",
-                              ops[i].kind, "session", ops[i].session, "bytes", (json_int_t)p.bytes, "total_bytes",
-                              (json_int_t)p.total_bytes, "objects", (json_int_t)p.objects, "total_objects",
-                              (json_int_t)p.total_objects, "packs", (json_int_t)p.packs, "total_packs",
-                              (json_int_t)p.total_packs, "totals_final", p.totals_final != 0, "elapsed",
-                              (double)(ntfs_now_ns() - ops[i].started_ns) / 1e9);
-        }
-        pthread_mutex_unlock(&ops_lock);
+        bool found;
+        json_t *o = d_op_progress(&ops, id, &found);
         if (!found)
                 return ntfs_http_error(resp, -NTFS_ENOTFOUND, "no running push, pull or clone with id '%.64s'", id);
         return d_reply(resp, 200, o);
@@ -466,9 +405,11 @@ static int h_push(void *ud, const ntfs_http_request *req, ntfs_http_response *re
         struct ntfs_remote_stats st = { 0 };
         char msg[1024] = "", rname[NTFS_NAME_MAX + 1];
         copy_str(rname, sizeof rname, cfg.name);
-        struct op *op = op_start(pid, "push", name);
-        r = ntfs_remote_push(D.st, &cfg, name, &head, tc.v, tc.n, &old, &st, op ? &op->prog : NULL, msg, sizeof msg);
-        op_end(op);
+        struct ntfs_remote_progress prog = { 0 };
+        struct d_op *op = d_op_start(&ops, pid, "push", name, &prog, render_progress);
+        /* no progress: push skips the counting walk nobody would watch */
+        r = ntfs_remote_push(D.st, &cfg, name, &head, tc.v, tc.n, &old, &st, op ? &prog : NULL, msg, sizeof msg);
+        d_op_end(&ops, op);
         explicit_bzero(&cfg, sizeof cfg);
         if (r < 0) {
                 free(tc.v);
@@ -565,9 +506,10 @@ static int h_pull(void *ud, const ntfs_http_request *req, ntfs_http_response *re
         char msg[1024] = "";
         _cleanup_free_ struct ntfs_remote_tag *tags = NULL;
         size_t ntags = 0;
-        struct op *op = op_start(pid, "pull", name);
-        r = ntfs_remote_fetch(D.st, &cfg, name, &rhead, &tags, &ntags, &st, op ? &op->prog : NULL, msg, sizeof msg);
-        op_end(op);
+        struct ntfs_remote_progress prog = { 0 };
+        struct d_op *op = d_op_start(&ops, pid, "pull", name, &prog, render_progress);
+        r = ntfs_remote_fetch(D.st, &cfg, name, &rhead, &tags, &ntags, &st, op ? &prog : NULL, msg, sizeof msg);
+        d_op_end(&ops, op);
         explicit_bzero(&cfg, sizeof cfg);
         if (r < 0)
                 return ntfs_http_error(resp, r, "%s", msg[0] ? msg : ntfs_strerror(r));
@@ -632,9 +574,10 @@ static int h_clone(void *ud, const ntfs_http_request *req, ntfs_http_response *r
         char msg[1024] = "";
         _cleanup_free_ struct ntfs_remote_tag *tags = NULL;
         size_t ntags = 0;
-        struct op *op = op_start(pid, "clone", newname);
-        r = ntfs_remote_fetch(D.st, &cfg, sess, &rhead, &tags, &ntags, &st, op ? &op->prog : NULL, msg, sizeof msg);
-        op_end(op);
+        struct ntfs_remote_progress prog = { 0 };
+        struct d_op *op = d_op_start(&ops, pid, "clone", newname, &prog, render_progress);
+        r = ntfs_remote_fetch(D.st, &cfg, sess, &rhead, &tags, &ntags, &st, op ? &prog : NULL, msg, sizeof msg);
+        d_op_end(&ops, op);
         explicit_bzero(&cfg, sizeof cfg);
         if (r < 0)
                 return ntfs_http_error(resp, r, "%s", msg[0] ? msg : ntfs_strerror(r));
