@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,4 +194,21 @@ int ntfs_parse_u64(const char *s, uint64_t max, uint64_t *ret) {
                 return -ERANGE;
         *ret = v;
         return 0;
+}
+
+/* The store's write path allocates and frees memory in a steady rhythm:
+ * LMDB mallocs each dirty page run of the batch transaction (a 64 KiB chunk
+ * is one 68 KiB run) and frees it when the batch commits; a FUSE worker
+ * thread gets a 1 MiB request buffer. glibc's defaults give that memory back
+ * to the kernel (heap trimming at 128 KiB, a separate mmap per block over
+ * the dynamic threshold, one arena per thread), so the next batch faults
+ * every page in again: on a virtual machine a first touch of a page costs
+ * ~14 µs, which made a 1 GiB sequential write spend more time in page
+ * faults than in copying. Kept memory is bounded by what one batch
+ * (BATCH_MAX_BYTES, 64 MiB) and the worker buffers use at once, per arena. */
+bool ntfs_malloc_tune(void) {
+        bool ok = mallopt(M_ARENA_MAX, 2) == 1;
+        ok = (mallopt(M_MMAP_THRESHOLD, 4 << 20) == 1) && ok;
+        ok = (mallopt(M_TRIM_THRESHOLD, 256 << 20) == 1) && ok;
+        return ok;
 }

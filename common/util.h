@@ -36,6 +36,12 @@ int ntfs_write_file_durable(const char *path, const void *buf, size_t len, int m
  * NUL-terminated and owned by the caller. */
 int ntfs_read_file(const char *path, size_t max, char **ret, size_t *ret_len);
 
+/* Keeps freed heap memory in the process instead of handing it back to the
+ * kernel after every batch: call once at the start of a daemon, before any
+ * thread starts. Returns false if the allocator refused (a sanitizer's does;
+ * harmless). See docs/store.md, "Memory". */
+bool ntfs_malloc_tune(void);
+
 /* Big-endian encoders used by on-disk keys. */
 static inline void ntfs_put_be64(uint8_t *p, uint64_t v) {
         for (int i = 7; i >= 0; i--) {

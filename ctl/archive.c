@@ -27,6 +27,7 @@
 #include "common/banned.h"
 
 #define OUT_BUF (256u * 1024)         /* archive bytes handed to the sink per call */
+#define DIRECT_MIN (32u * 1024)       /* a write this big goes to the sink as it is */
 #define READ_BLOCK (1024u * 1024)     /* bytes read from an import's fd per call */
 #define MAX_PATH_BYTES 4096u          /* a path inside an imported archive */
 #define MAX_LINK_BYTES 4095u          /* a symlink target */
@@ -213,6 +214,8 @@ static int link_map_put(struct link_map *m, uint64_t id, const char *path) {
 
 struct xw {
         ntfs_store *st;
+        uint64_t written; /* archive bytes taken from libarchive */
+        unsigned record;  /* pad the stream to a multiple of this in w_close (0: no) */
         struct archive *a;
         struct archive_entry *e;
         ntfs_archive_sink sink;
@@ -249,6 +252,17 @@ static la_ssize_t w_write(struct archive *a, void *ud, const void *buf, size_t l
         }
         const uint8_t *p = buf;
         size_t left = len;
+        x->written += len;
+        if (len >= DIRECT_MIN) {
+                /* a file's chunk: straight to the receiver, no copy */
+                if (flush_out(x) < 0 || (x->sink_err = x->sink(x->ud, buf, len)) < 0) {
+                        archive_set_error(a, EIO, "the receiver stopped: %s", ntfs_strerror(x->sink_err));
+                        return -1;
+                }
+                if (x->prog)
+                        padd(&x->prog->stream_bytes, len);
+                return (la_ssize_t)len;
+        }
         while (left > 0) {
                 size_t n = NTFS_MIN(left, OUT_BUF - x->olen);
                 memcpy(x->obuf + x->olen, p, n);
@@ -265,6 +279,13 @@ static la_ssize_t w_write(struct archive *a, void *ud, const void *buf, size_t l
 
 static int w_close(struct archive *a, void *ud) {
         struct xw *x = ud;
+        static const uint8_t zeros[512];
+        /* the record padding libarchive's own blocking would have written */
+        while (x->record && x->written % x->record && x->sink_err >= 0) {
+                size_t n = NTFS_MIN(sizeof zeros, x->record - x->written % x->record);
+                if (w_write(a, ud, zeros, n) < 0)
+                        return ARCHIVE_FATAL;
+        }
         if (flush_out(x) < 0) {
                 archive_set_error(a, EIO, "the receiver stopped: %s", ntfs_strerror(x->sink_err));
                 return ARCHIVE_FATAL;
@@ -426,6 +447,14 @@ int ntfs_archive_export(ntfs_store *st, const ntfs_hash *commit, enum ntfs_archi
          * after a zstd frame are an error, after gzip a warning. */
         if (fmt != NTFS_ARCHIVE_TAR)
                 archive_write_set_bytes_in_last_block(a, 1);
+        else {
+                /* ... but w_write takes libarchive's writes unblocked (a
+                 * 64 KiB chunk of a file is passed on without a copy) and
+                 * w_close pads the end to the record size instead. */
+                x.record = (unsigned)archive_write_get_bytes_per_block(a);
+                if (archive_write_set_bytes_per_block(a, 0) != ARCHIVE_OK)
+                        x.record = 0;
+        }
         struct locale_guard lg;
         locale_enter(&lg);
         if (archive_write_open2(a, &x, NULL, w_write, w_close, NULL) != ARCHIVE_OK) {

@@ -1743,7 +1743,12 @@ static int cmd_export(struct ctx *c, const struct cmd *cmd, struct args *a) {
         struct stat sb;
         off_t size = !to_stdout && fstat(fd, &sb) == 0 ? sb.st_size : -1;
         int cr = 0;
-        if (r == 0 && status >= 200 && status < 300 && !to_stdout && (fsync(fd) < 0 || (cr = close(TAKE_FD(fd))) < 0))
+        /* fsync before the rename, so that after a system crash FILE is the
+         * whole archive or its previous content; --no-sync skips it, as tar
+         * does (a crash soon after may leave FILE empty or short). */
+        bool sync_file = !has_flag(cmd, a, "no-sync");
+        if (r == 0 && status >= 200 && status < 300 && !to_stdout &&
+            ((sync_file && fsync(fd) < 0) || (cr = close(TAKE_FD(fd))) < 0))
                 r = -errno;
         if (r < 0 || status < 200 || status >= 300) {
                 if (tmp)
@@ -2288,7 +2293,7 @@ static const struct flagspec fetch_flags[] = { { "method", 0, true }, { "idempot
 static const struct flagspec replay_flags[] = { { "into", 0, true }, { "from", 0, true }, { NULL, 0, false } };
 static const struct flagspec quota_flags[] = { { "bytes", 0, true }, { "inodes", 0, true }, { NULL, 0, false } };
 static const struct flagspec export_flags[] = {
-        { "format", 0, true }, { "at", 0, true }, { "quiet", 'q', false }, { NULL, 0, false }
+        { "format", 0, true }, { "at", 0, true }, { "quiet", 'q', false }, { "no-sync", 0, false }, { NULL, 0, false }
 };
 static const struct flagspec import_flags[] = { { "message", 'm', true },
                                                 { "max-entries", 0, true },
@@ -2464,7 +2469,7 @@ static const struct cmd commands[] = {
           "CORRUPT with the problems found (exit 1, code corrupt_object).\n"
           "\nExample:\n  ntfs-ctl fsck\n",
           no_flags, 0, 0, false, cmd_fsck },
-        { "export", "NAME[@COMMIT|TAG|SNAPSHOT] FILE [--format tar|tar.gz|tgz|tar.zst] [--at REF] [-q]",
+        { "export", "NAME[@COMMIT|TAG|SNAPSHOT] FILE [--format tar|tar.gz|tgz|tar.zst] [--at REF] [--no-sync] [-q]",
           "write a checkpoint as a tar archive",
           "Writes the tree of a commit of NAME (its head, or the commit, tag or snapshot\n"
           "id after '@' or given with --at) to FILE as a pax tar archive, streamed: ntfsd\n"
@@ -2472,11 +2477,14 @@ static const struct cmd commands[] = {
           "session is being written. Uncheckpointed changes are not included (checkpoint\n"
           "first). The format comes from FILE's suffix (.tar .tar.gz .tgz .tar.zst) or\n"
           "--format; FILE '-' writes to stdout (tar unless --format). The archive is\n"
-          "written next to FILE and renamed over it at the end, so a failed export\n"
-          "leaves no partial file. Kept: files, directories, symlinks, hard links,\n"
-          "fifos, modes, uid/gid, mtimes with nanoseconds, xattrs.\n"
+          "written next to FILE, fsync'd and renamed over it at the end, so a failed\n"
+          "export, or a system crash, leaves no partial file. Kept: files, directories,\n"
+          "symlinks, hard links, fifos, modes, uid/gid, mtimes with nanoseconds, xattrs.\n"
           "\nOptions:\n  --format F    tar, tar.gz (tgz), tar.zst\n"
           "  --at REF      the commit, tag or snapshot (instead of NAME@REF)\n"
+          "  --no-sync     do not fsync FILE before renaming it into place (as tar\n"
+          "                does): faster, but a system crash soon after may leave\n"
+          "                FILE empty or short; a failed export still leaves nothing\n"
           "  -q, --quiet   no progress bar (it is drawn only when stderr is a terminal)\n"
           "\nExamples:\n  ntfs-ctl export main main.tar.gz\n  ntfs-ctl export main@v1 - | tar tvf -\n",
           export_flags, 2, 2, false, cmd_export },

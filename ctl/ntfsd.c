@@ -469,6 +469,8 @@ int main(int argc, char **argv) {
         pthread_sigmask(SIG_BLOCK, &set, NULL);
         signal(SIGPIPE, SIG_IGN);
 
+        if (!ntfs_malloc_tune())
+                log_debug("ntfsd: the allocator kept its defaults");
         int r = ntfs_store_open(store, NULL, &D.st);
         if (r < 0) {
                 fprintf(stderr, "ntfsd: cannot open store %s: %s\n", store, ntfs_strerror(r));

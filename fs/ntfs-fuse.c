@@ -27,6 +27,7 @@
 
 #include "common/cleanup.h"
 #include "common/err.h"
+#include "common/util.h"
 #include "fs/mount.h"
 #include "fs/store.h"
 #include "common/banned.h"
@@ -189,6 +190,7 @@ int main(int argc, char **argv) {
         sigaddset(&sigs, SIGPIPE);
         pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
+        (void)ntfs_malloc_tune(); /* false only under a sanitizer's allocator */
         int ret = 1;
         ntfs_store *st = NULL;
         ntfs_ws *ws = NULL;

@@ -606,23 +606,25 @@ static size_t chunk_len_in(uint64_t size, uint64_t idx) {
         return n > NTFS_CHUNK_SIZE ? NTFS_CHUNK_SIZE : (size_t)n;
 }
 
-/* Copies chunk idx of a file into buf (NTFS_CHUNK_SIZE bytes; zero-filled
- * past its stored data). */
-static int chunk_load(struct ctx *c, uint64_t ino, const struct ino_rec *rec, uint64_t idx, uint8_t *buf) {
+/* Finds the stored bytes of chunk idx of a file: *data and *len point into the
+ * store's map (valid until the next change in this transaction); bytes past
+ * *len read as zeros, and *len == 0 is an all-zero (sparse) chunk. */
+static int chunk_ref(struct ctx *c, uint64_t ino, const struct ino_rec *rec, uint64_t idx, const uint8_t **data,
+                     size_t *len) {
+        *data = NULL;
+        *len = 0;
         uint8_t k[24];
         key2(k, c->wsid, ino);
         ntfs_put_be64(k + 16, idx);
         MDB_val v;
         int r = db_get(c->st, c->st->chunk, k, 24, &v);
         if (r == 0) {
-                size_t n = v.mv_size > NTFS_CHUNK_SIZE ? NTFS_CHUNK_SIZE : v.mv_size;
-                memcpy(buf, v.mv_data, n);
-                memset(buf + n, 0, NTFS_CHUNK_SIZE - n);
+                *data = v.mv_data;
+                *len = v.mv_size > NTFS_CHUNK_SIZE ? NTFS_CHUNK_SIZE : v.mv_size;
                 return 0;
         }
         if (r != -ENOENT)
                 return r;
-        memset(buf, 0, NTFS_CHUNK_SIZE);
         if (idx >= rec->base_nchunks || ntfs_hash_is_zero(&rec->base))
                 return 0;
         MDB_val fv;
@@ -643,7 +645,22 @@ static int chunk_load(struct ctx *c, uint64_t ino, const struct ino_rec *rec, ui
         size_t n = bv.mv_size - 1;
         if (n > NTFS_CHUNK_SIZE)
                 return -NTFS_ECORRUPT;
-        memcpy(buf, (const uint8_t *)bv.mv_data + 1, n);
+        *data = (const uint8_t *)bv.mv_data + 1;
+        *len = n;
+        return 0;
+}
+
+/* Copies chunk idx of a file into buf (NTFS_CHUNK_SIZE bytes; zero-filled
+ * past its stored data). */
+static int chunk_load(struct ctx *c, uint64_t ino, const struct ino_rec *rec, uint64_t idx, uint8_t *buf) {
+        const uint8_t *p;
+        size_t n;
+        int r = chunk_ref(c, ino, rec, idx, &p, &n);
+        if (r < 0)
+                return r;
+        if (n)
+                memcpy(buf, p, n);
+        memset(buf + n, 0, NTFS_CHUNK_SIZE - n);
         return 0;
 }
 
@@ -750,9 +767,7 @@ ssize_t ntfs_ws_read(ntfs_ws *ws, uint64_t ino, void *buf, size_t size, uint64_t
         if (r == 0 && off < rec.size) {
                 if (size > rec.size - off)
                         size = (size_t)(rec.size - off);
-                _cleanup_free_ uint8_t *cb = malloc(NTFS_CHUNK_SIZE);
-                if (!cb)
-                        r = -ENOMEM;
+                /* copies only the asked-for bytes, straight from the map */
                 while (r == 0 && (size_t)done < size) {
                         uint64_t pos = off + (uint64_t)done;
                         uint64_t idx = pos / NTFS_CHUNK_SIZE;
@@ -760,9 +775,16 @@ ssize_t ntfs_ws_read(ntfs_ws *ws, uint64_t ino, void *buf, size_t size, uint64_t
                         size_t n = NTFS_CHUNK_SIZE - in;
                         if (n > size - (size_t)done)
                                 n = size - (size_t)done;
-                        if ((r = chunk_load(&c, ino, &rec, idx, cb)) < 0)
+                        const uint8_t *p;
+                        size_t have;
+                        if ((r = chunk_ref(&c, ino, &rec, idx, &p, &have)) < 0)
                                 break;
-                        memcpy((uint8_t *)buf + done, cb + in, n);
+                        size_t from = in < have ? have - in : 0; /* stored bytes in range */
+                        if (from > n)
+                                from = n;
+                        if (from)
+                                memcpy((uint8_t *)buf + done, p + in, from);
+                        memset((uint8_t *)buf + done + from, 0, n - from);
                         done += (ssize_t)n;
                 }
         }

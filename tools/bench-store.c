@@ -1080,6 +1080,7 @@ int main(int argc, char **argv) {
         uint64_t small = 1000, big = 100000, reps = 20, git_reps = 3, seed = 1;
         bool quick = false, no_git = false, set_small = false, set_big = false, set_reps = false, set_git = false;
         const char *dir = getenv("TMPDIR");
+        (void)ntfs_malloc_tune(); /* as the daemons do */
         if (!dir || !*dir)
                 dir = "/tmp";
         for (int i = 1; i < argc; i++) {

@@ -241,6 +241,14 @@ def test_export_is_deterministic_and_reads_the_commit_asked_for(daemon, scratch)
     daemon.ok("export", "w@v1", b)
     with open(a, "rb") as fa, open(b, "rb") as fb:
         assert fa.read() == fb.read()
+    # --no-sync only skips the fsync: the same bytes, nothing left beside
+    ns = os.path.join(scratch, "ns.tar")
+    daemon.ok("export", "w@v1", ns, "--no-sync")
+    with open(a, "rb") as fa, open(ns, "rb") as fn:
+        assert fa.read() == fn.read()
+    r = daemon.ctl("export", "w@nosuchtag", os.path.join(scratch, "y.tar"), "--no-sync")
+    assert r.returncode == 1 and "(ref_not_found)" in r.stderr
+    assert not [f for f in os.listdir(scratch) if f.startswith("y.tar")]
     with tarfile.open(b) as t:
         assert sorted(t.getnames()) == [".", "./f"]
         assert t.extractfile("./f").read() == b"v1\n"
