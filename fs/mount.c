@@ -932,10 +932,26 @@ static void *rbuf_get(size_t size) {
         return b;
 }
 
+static int reply_iov_cb(const struct iovec *iov, int n, size_t total, void *ud) {
+        (void)total;
+        /* a failed reply (the request was interrupted) has no one to tell */
+        (void)fuse_reply_iov(ud, iov, n);
+        return 0;
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
         ntfs_mount *m = req_mount(req);
         if (off < 0) {
                 fuse_reply_err(req, EINVAL);
+                return;
+        }
+        /* Straight from the store's map into the reply: one copy (the
+         * kernel's) instead of two. Only a read larger than any the kernel
+         * sends (max_read) takes the buffered path below. */
+        int d = ntfs_ws_read_iov(m->ws, ino, size, (uint64_t)off, reply_iov_cb, req);
+        if (d != -E2BIG) {
+                if (d < 0)
+                        reply_err(req, d);
                 return;
         }
         _cleanup_free_ void *heap = NULL;

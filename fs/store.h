@@ -282,6 +282,16 @@ int ntfs_ws_rename(ntfs_ws *ws, uint64_t parent, const char *name, uint64_t newp
                    unsigned flags);
 int ntfs_ws_link(ntfs_ws *ws, uint64_t ino, uint64_t newparent, const char *newname, struct ntfs_attr *ret);
 ssize_t ntfs_ws_read(ntfs_ws *ws, uint64_t ino, void *buf, size_t size, uint64_t off);
+/* The same read without a copy: fn gets the bytes as n iovecs (total bytes
+ * in all) pointing into the store's map, holes at a shared zero page. fn is
+ * called once, with the store locked: it must not call into the store and
+ * must not block (a FUSE reply is fine); the pointers are dead once it
+ * returns. size may be at most NTFS_WS_READ_IOV_MAX_BYTES (-E2BIG).
+ * Returns fn's result, or a negative errno before calling it. */
+#define NTFS_WS_READ_IOV_MAX_BYTES (4u << 20)
+struct iovec;
+int ntfs_ws_read_iov(ntfs_ws *ws, uint64_t ino, size_t size, uint64_t off,
+                     int (*fn)(const struct iovec *iov, int n, size_t total, void *ud), void *ud);
 /* Writes size bytes at off (append: off is ignored, writes at the end).
  * Returns bytes written. Updates mtime/ctime. (Clearing setuid/setgid is
  * the FUSE layer's job: only the kernel knows whether the writer may keep

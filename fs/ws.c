@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 #include <sys/xattr.h>
 #include <linux/fs.h>
 
@@ -790,6 +791,53 @@ ssize_t ntfs_ws_read(ntfs_ws *ws, uint64_t ino, void *buf, size_t size, uint64_t
         }
         r = ctx_leave(&c, r);
         return r < 0 ? r : done;
+}
+
+/* Up to two pieces per chunk (stored bytes, then zeros), plus one for a
+ * start that is not chunk-aligned. */
+#define READ_IOV_MAX ((int)(2 * (NTFS_WS_READ_IOV_MAX_BYTES / NTFS_CHUNK_SIZE) + 2))
+static const uint8_t zero_chunk[NTFS_CHUNK_SIZE];
+
+int ntfs_ws_read_iov(ntfs_ws *ws, uint64_t ino, size_t size, uint64_t off,
+                     int (*fn)(const struct iovec *iov, int n, size_t total, void *ud), void *ud) {
+        if (size > NTFS_WS_READ_IOV_MAX_BYTES)
+                return -E2BIG;
+        struct ctx c;
+        int r = ctx_enter(ws, &c, false);
+        if (r < 0)
+                return r;
+        struct ino_rec rec;
+        struct iovec iov[READ_IOV_MAX];
+        int n = 0;
+        size_t done = 0;
+        r = ino_get(c.st, c.wsid, ino, &rec);
+        if (r == 0 && S_ISDIR(rec.mode))
+                r = -EISDIR;
+        else if (r == 0 && !S_ISREG(rec.mode))
+                r = -EINVAL;
+        if (r == 0 && off < rec.size && size > rec.size - off)
+                size = (size_t)(rec.size - off);
+        while (r == 0 && off < rec.size && done < size) {
+                uint64_t pos = off + done;
+                uint64_t idx = pos / NTFS_CHUNK_SIZE;
+                size_t in = (size_t)(pos % NTFS_CHUNK_SIZE);
+                size_t want = NTFS_MIN(NTFS_CHUNK_SIZE - in, size - done);
+                const uint8_t *p;
+                size_t have;
+                if ((r = chunk_ref(&c, ino, &rec, idx, &p, &have)) < 0)
+                        break;
+                size_t from = in < have ? NTFS_MIN(have - in, want) : 0;
+                if (from && n < READ_IOV_MAX)
+                        iov[n++] = (struct iovec){ (void *)(p + in), from };
+                if (want > from && n < READ_IOV_MAX)
+                        iov[n++] = (struct iovec){ (void *)zero_chunk, want - from };
+                done += want;
+        }
+        if (r == 0 && n == READ_IOV_MAX && done < size)
+                r = -E2BIG; /* cannot happen: READ_IOV_MAX covers the largest size */
+        if (r == 0)
+                r = fn(iov, n, done, ud);
+        return ctx_leave(&c, r);
 }
 
 ssize_t ntfs_ws_write(ntfs_ws *ws, uint64_t ino, const void *buf, size_t size, uint64_t off, bool append) {

@@ -20,7 +20,8 @@
 # default /var/tmp), BENCH_CACHE (where the tarball and C project are built
 # once, default /var/tmp/bench-fs-cache), FUSEFLOOR (the binary; default
 # $NTFS_BUILD/tools/fusefloor), BENCH_RAW (keep the raw TSV there),
-# BENCH_META_ONLY=1 (only creates, untar, find/du, git, rm -rf: no fio, no make).
+# BENCH_META_ONLY=1 (only creates, untar, find/du, git, rm -rf: no fio, no make),
+# BENCH_DATA_ONLY=1 (only the four fio rows).
 # Runs alternate: run r visits the targets in an order rotated by r.
 # Nothing here gates on absolute times.
 set -euo pipefail
@@ -215,6 +216,15 @@ git_q() { git -c user.name=bench -c user.email=bench@localhost -c gc.auto=0 "$@"
 
 workloads() { # W: the fresh directory to work in
         if [ "${BENCH_META_ONLY:-0}" = 1 ]; then meta_workloads; return; fi
+        data_workloads
+        if [ "${BENCH_DATA_ONLY:-0}" = 1 ]; then return; fi
+        meta_workloads
+        cp -a "$CPROJ" "$W/cproj"
+        timed make-j2 make -s -j2 -C "$W/cproj" >/dev/null
+        rm -rf "$W/cproj"
+}
+
+data_workloads() { # the fio rows
         run_fio seq-write-1M write bw --rw=write --bs=1M --size=$SEQ --end_fsync=1
         run_fio seq-read-1M read bw --rw=read --bs=1M --size=$SEQ
         rm -f "$W/fio.dat"
@@ -223,10 +233,6 @@ workloads() { # W: the fresh directory to work in
         run_fio rand-write-4k write iops --rw=randwrite --bs=4k --size=$RANDSIZE \
                 --time_based --runtime=$RANDTIME --end_fsync=1
         rm -f "$W/fio.dat"
-        meta_workloads
-        cp -a "$CPROJ" "$W/cproj"
-        timed make-j2 make -s -j2 -C "$W/cproj" >/dev/null
-        rm -rf "$W/cproj"
 }
 
 meta_workloads() { # the metadata rows only (BENCH_META_ONLY=1: no fio, no make)

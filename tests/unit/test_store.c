@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -123,6 +124,34 @@ static void fsck_clean(ntfs_store *st) {
 }
 
 /* ---- basic operations ------------------------------------------------------------ */
+
+struct gather {
+        uint8_t *out;
+        size_t cap, got;
+        int calls;
+};
+static int gather_cb(const struct iovec *iov, int n, size_t total, void *ud) {
+        struct gather *g = ud;
+        size_t sum = 0;
+        g->calls++;
+        for (int i = 0; i < n; i++) {
+                if (sum + iov[i].iov_len > g->cap)
+                        return -EOVERFLOW;
+                memcpy(g->out + sum, iov[i].iov_base, iov[i].iov_len);
+                sum += iov[i].iov_len;
+        }
+        g->got = sum;
+        return sum == total ? 0 : -EPROTO;
+}
+/* ntfs_ws_read_iov gathered into out: bytes read, or a negative errno */
+static ssize_t read_iov(ntfs_ws *ws, uint64_t ino, void *out, size_t size, uint64_t off) {
+        struct gather g = { out, size, 0, 0 };
+        int r = ntfs_ws_read_iov(ws, ino, size, off, gather_cb, &g);
+        if (r < 0)
+                return r;
+        ASSERT_EQ(g.calls, 1);
+        return (ssize_t)g.got;
+}
 
 TEST(open_lock_and_reopen) {
         fresh_dir();
@@ -443,6 +472,26 @@ TEST(posix_ops) {
         ASSERT(memcmp(buf, "hello", 5) == 0);
         ASSERT_EQ(ntfs_ws_read(ws, f, buf, 4, 1ull << 30), 4);
         ASSERT(memcmp(buf, "\0\0\0\0", 4) == 0);
+        /* the zero-copy read: data, a hole across chunks, the end, errors */
+        ASSERT_EQ(read_iov(ws, f, buf, 5, 0), 5);
+        ASSERT(memcmp(buf, "hello", 5) == 0);
+        {
+                static uint8_t big[3 * NTFS_CHUNK_SIZE];
+                memset(big, 0xee, sizeof big);
+                ASSERT_EQ(read_iov(ws, f, big, sizeof big, 3), (ssize_t)sizeof big);
+                ASSERT(memcmp(big, "lo", 2) == 0);
+                for (size_t i = 2; i < sizeof big; i++)
+                        if (big[i])
+                                FAIL("read_iov: byte %zu of a hole is %02x", i, big[i]);
+                ASSERT_EQ(read_iov(ws, f, big, 8, (5ull << 30) - 2), 3);
+                ASSERT(memcmp(big, "\0\0Z", 3) == 0);
+                ASSERT_EQ(read_iov(ws, f, big, 8, (5ull << 30) + 1), 0);
+                ASSERT_EQ(read_iov(ws, f, big, 8, 6ull << 30), 0);
+                ASSERT_ERR(read_iov(ws, f, big, NTFS_WS_READ_IOV_MAX_BYTES + 1, 0), -E2BIG);
+                ASSERT_ERR(read_iov(ws, d1.ino, big, 8, 0), -EISDIR);
+                ASSERT_ERR(read_iov(ws, 999999, big, 8, 0), -ESTALE); /* as ntfs_ws_read */
+                ASSERT_ERR(ntfs_ws_read(ws, 999999, big, 8, 0), -ESTALE);
+        }
         /* truncate shrink then extend reads zeros */
         struct ntfs_attr in = { .size = 2 };
         ASSERT_OK(ntfs_ws_setattr(ws, f, &in, NTFS_SET_SIZE, &a));
@@ -741,6 +790,12 @@ static void model_check(ntfs_ws *ws, const struct model *m, const char *what, un
                                      (unsigned long long)a.size, f->len);
                         if ((a.mode & 07777) != f->mode)
                                 FAIL("%s step %u: %s mode %o want %o", what, step, p, a.mode & 07777, f->mode);
+                        /* the zero-copy read agrees, from an offset inside the file */
+                        size_t from = f->len ? (size_t)(step * 7919u) % f->len : 0;
+                        ssize_t ni = read_iov(ws, ino, buf, sizeof buf, from);
+                        if (ni != (ssize_t)(f->len - from) || memcmp(buf, f->data + from, f->len - from) != 0)
+                                FAIL("%s step %u: %s read_iov from %zu differs (read %zd)", what, step, p, from,
+                                     ni);
                         ssize_t n = ntfs_ws_read(ws, ino, buf, sizeof buf, 0);
                         if (n != (ssize_t)f->len || memcmp(buf, f->data, f->len) != 0) {
                                 size_t at = 0;
