@@ -827,14 +827,16 @@ int ntfs_ws_read_iov(ntfs_ws *ws, uint64_t ino, size_t size, uint64_t off,
                 if ((r = chunk_ref(&c, ino, &rec, idx, &p, &have)) < 0)
                         break;
                 size_t from = in < have ? NTFS_MIN(have - in, want) : 0;
-                if (from && n < READ_IOV_MAX)
+                if (n + 2 > READ_IOV_MAX) {
+                        r = -E2BIG; /* cannot happen: READ_IOV_MAX covers the largest size */
+                        break;
+                }
+                if (from)
                         iov[n++] = (struct iovec){ (void *)(p + in), from };
-                if (want > from && n < READ_IOV_MAX)
+                if (want > from)
                         iov[n++] = (struct iovec){ (void *)zero_chunk, want - from };
                 done += want;
         }
-        if (r == 0 && n == READ_IOV_MAX && done < size)
-                r = -E2BIG; /* cannot happen: READ_IOV_MAX covers the largest size */
         if (r == 0)
                 r = fn(iov, n, done, ud);
         return ctx_leave(&c, r);

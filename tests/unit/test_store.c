@@ -488,6 +488,10 @@ TEST(posix_ops) {
                 ASSERT_EQ(read_iov(ws, f, big, 8, (5ull << 30) + 1), 0);
                 ASSERT_EQ(read_iov(ws, f, big, 8, 6ull << 30), 0);
                 ASSERT_ERR(read_iov(ws, f, big, NTFS_WS_READ_IOV_MAX_BYTES + 1, 0), -E2BIG);
+                /* the largest read, unaligned: 65 chunks, the most pieces */
+                static uint8_t huge[NTFS_WS_READ_IOV_MAX_BYTES];
+                ASSERT_EQ(read_iov(ws, f, huge, sizeof huge, 3), (ssize_t)sizeof huge);
+                ASSERT(memcmp(huge, "lo\0", 3) == 0 && huge[sizeof huge - 1] == 0);
                 ASSERT_ERR(read_iov(ws, d1.ino, big, 8, 0), -EISDIR);
                 ASSERT_ERR(read_iov(ws, 999999, big, 8, 0), -ESTALE); /* as ntfs_ws_read */
                 ASSERT_ERR(ntfs_ws_read(ws, 999999, big, 8, 0), -ESTALE);
