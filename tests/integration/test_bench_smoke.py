@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
-"""Smoke test of tools/bench-fs.sh itself: --quick, on the floor and native
-and floorsame targets only; the table must come out with a number in every measured cell.
-Times are never compared with anything."""
+"""Smoke tests of the benchmark scripts themselves: tools/bench-fs.sh --quick on
+the floor, floorsame and native targets (the table must come out with a number
+in every measured cell), and tools/bench-archive.sh on a small tree. Times are
+never compared with anything."""
 import os
 import re
 import subprocess
@@ -44,3 +45,31 @@ def test_quick_table(tmp_path):
     with open("/proc/self/mounts") as f:
         assert str(tmp_path) not in f.read()
     assert os.listdir(tmp_path) == ["cache"]
+
+
+def test_bench_archive_small(tmp_path):
+    """tools/bench-archive.sh on a small tree, one round: every row has a time,
+    the export lists exactly as GNU tar's archive, the ratios are printed, and
+    no daemon, mount or scratch directory is left behind."""
+    ctl = os.path.join(BUILD, "ctl", "ntfs-ctl")
+    if not os.path.exists(ctl):
+        pytest.skip("no ntfs-ctl at %s" % ctl)
+    env = dict(os.environ, BENCH_FILES="300", BENCH_MIB="6", BENCH_REPS="1", BENCH_DIR=str(tmp_path))
+    r = subprocess.run([os.path.join(ROOT, "tools", "bench-archive.sh"), BUILD], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "# check: the export lists exactly as GNU tar's archive" in r.stdout, r.stdout
+    rows = {}
+    for l in r.stdout.splitlines():
+        m = re.match(r"^(tar -\S+.*?|ntfs-ctl .*?)\s+(\d+\.\d+)\s+(\d+(\.\d+)?)$", l)
+        if m:
+            rows[m.group(1)] = float(m.group(2))
+    assert len(rows) == 8, r.stdout
+    assert all(v > 0 for v in rows.values()), rows
+    ratios = re.findall(r"^ratio (export|import)[^:]*: (\d+\.\d+)x$", r.stdout, re.M)
+    assert [k for k, _ in ratios] == ["export", "export", "import"], r.stdout
+    assert all(float(v) > 0 for _, v in ratios)
+    with open("/proc/self/mounts") as f:
+        assert str(tmp_path) not in f.read()
+    assert os.listdir(tmp_path) == []
+    assert subprocess.run(["pgrep", "-f", "ntfsd --store " + str(tmp_path)]).returncode == 1
