@@ -753,50 +753,83 @@ static int do_truncate(struct ctx *c, uint64_t ino, struct ino_rec *rec, uint64_
         return 0;
 }
 
+/* Walks bytes [off, off + size) of regular file ino, cut at its size, as
+ * pieces in order: fn(data, len, ud) with data pointing into the store's map
+ * (valid until the next change in this transaction), or data NULL for len
+ * zero bytes (a hole, or the zeros after a short chunk). *walked gets the
+ * bytes walked. The one read loop behind ntfs_ws_read and ntfs_ws_read_iov. */
+static int read_pieces(struct ctx *c, uint64_t ino, size_t size, uint64_t off,
+                       int (*fn)(const uint8_t *data, size_t len, void *ud), void *ud, size_t *walked) {
+        struct ino_rec rec;
+        size_t done = 0;
+        *walked = 0;
+        int r = ino_get(c->st, c->wsid, ino, &rec);
+        if (r == 0 && S_ISDIR(rec.mode))
+                r = -EISDIR;
+        else if (r == 0 && !S_ISREG(rec.mode))
+                r = -EINVAL;
+        if (r < 0 || off >= rec.size)
+                return r;
+        if (size > rec.size - off)
+                size = (size_t)(rec.size - off);
+        while (done < size) {
+                uint64_t pos = off + done;
+                size_t in = (size_t)(pos % NTFS_CHUNK_SIZE);
+                size_t want = NTFS_MIN(NTFS_CHUNK_SIZE - in, size - done);
+                const uint8_t *p;
+                size_t have;
+                if ((r = chunk_ref(c, ino, &rec, pos / NTFS_CHUNK_SIZE, &p, &have)) < 0)
+                        return r;
+                size_t from = in < have ? NTFS_MIN(have - in, want) : 0; /* stored bytes in range */
+                if (from && (r = fn(p + in, from, ud)) < 0)
+                        return r;
+                if (want > from && (r = fn(NULL, want - from, ud)) < 0)
+                        return r;
+                done += want;
+                *walked = done;
+        }
+        return 0;
+}
+
+static int copy_piece(const uint8_t *data, size_t len, void *ud) {
+        uint8_t **at = ud;
+        if (data)
+                memcpy(*at, data, len);
+        else
+                memset(*at, 0, len);
+        *at += len;
+        return 0;
+}
+
 ssize_t ntfs_ws_read(ntfs_ws *ws, uint64_t ino, void *buf, size_t size, uint64_t off) {
         struct ctx c;
         int r = ctx_enter(ws, &c, false);
         if (r < 0)
                 return r;
-        struct ino_rec rec;
-        ssize_t done = 0;
-        r = ino_get(c.st, c.wsid, ino, &rec);
-        if (r == 0 && S_ISDIR(rec.mode))
-                r = -EISDIR;
-        else if (r == 0 && !S_ISREG(rec.mode))
-                r = -EINVAL;
-        if (r == 0 && off < rec.size) {
-                if (size > rec.size - off)
-                        size = (size_t)(rec.size - off);
-                /* copies only the asked-for bytes, straight from the map */
-                while (r == 0 && (size_t)done < size) {
-                        uint64_t pos = off + (uint64_t)done;
-                        uint64_t idx = pos / NTFS_CHUNK_SIZE;
-                        size_t in = (size_t)(pos % NTFS_CHUNK_SIZE);
-                        size_t n = NTFS_CHUNK_SIZE - in;
-                        if (n > size - (size_t)done)
-                                n = size - (size_t)done;
-                        const uint8_t *p;
-                        size_t have;
-                        if ((r = chunk_ref(&c, ino, &rec, idx, &p, &have)) < 0)
-                                break;
-                        size_t from = in < have ? have - in : 0; /* stored bytes in range */
-                        if (from > n)
-                                from = n;
-                        if (from)
-                                memcpy((uint8_t *)buf + done, p + in, from);
-                        memset((uint8_t *)buf + done + from, 0, n - from);
-                        done += (ssize_t)n;
-                }
-        }
-        r = ctx_leave(&c, r);
-        return r < 0 ? r : done;
+        /* copies only the asked-for bytes, straight from the map */
+        uint8_t *at = buf;
+        size_t done;
+        r = ctx_leave(&c, read_pieces(&c, ino, size, off, copy_piece, &at, &done));
+        return r < 0 ? r : (ssize_t)done;
 }
 
 /* Up to two pieces per chunk (stored bytes, then zeros), plus one for a
  * start that is not chunk-aligned. */
 #define READ_IOV_MAX ((int)(2 * (NTFS_WS_READ_IOV_MAX_BYTES / NTFS_CHUNK_SIZE) + 2))
 static const uint8_t zero_chunk[NTFS_CHUNK_SIZE];
+
+struct iov_pieces {
+        struct iovec iov[READ_IOV_MAX];
+        int n;
+};
+
+static int iov_piece(const uint8_t *data, size_t len, void *ud) {
+        struct iov_pieces *v = ud;
+        if (v->n == READ_IOV_MAX)
+                return -E2BIG; /* cannot happen: READ_IOV_MAX covers the largest size */
+        v->iov[v->n++] = (struct iovec){ (void *)(data ? data : zero_chunk), len };
+        return 0;
+}
 
 int ntfs_ws_read_iov(ntfs_ws *ws, uint64_t ino, size_t size, uint64_t off,
                      int (*fn)(const struct iovec *iov, int n, size_t total, void *ud), void *ud) {
@@ -806,39 +839,12 @@ int ntfs_ws_read_iov(ntfs_ws *ws, uint64_t ino, size_t size, uint64_t off,
         int r = ctx_enter(ws, &c, false);
         if (r < 0)
                 return r;
-        struct ino_rec rec;
-        struct iovec iov[READ_IOV_MAX];
-        int n = 0;
-        size_t done = 0;
-        r = ino_get(c.st, c.wsid, ino, &rec);
-        if (r == 0 && S_ISDIR(rec.mode))
-                r = -EISDIR;
-        else if (r == 0 && !S_ISREG(rec.mode))
-                r = -EINVAL;
-        if (r == 0 && off < rec.size && size > rec.size - off)
-                size = (size_t)(rec.size - off);
-        while (r == 0 && off < rec.size && done < size) {
-                uint64_t pos = off + done;
-                uint64_t idx = pos / NTFS_CHUNK_SIZE;
-                size_t in = (size_t)(pos % NTFS_CHUNK_SIZE);
-                size_t want = NTFS_MIN(NTFS_CHUNK_SIZE - in, size - done);
-                const uint8_t *p;
-                size_t have;
-                if ((r = chunk_ref(&c, ino, &rec, idx, &p, &have)) < 0)
-                        break;
-                size_t from = in < have ? NTFS_MIN(have - in, want) : 0;
-                if (n + 2 > READ_IOV_MAX) {
-                        r = -E2BIG; /* cannot happen: READ_IOV_MAX covers the largest size */
-                        break;
-                }
-                if (from)
-                        iov[n++] = (struct iovec){ (void *)(p + in), from };
-                if (want > from)
-                        iov[n++] = (struct iovec){ (void *)zero_chunk, want - from };
-                done += want;
-        }
+        struct iov_pieces v;
+        v.n = 0;
+        size_t done;
+        r = read_pieces(&c, ino, size, off, iov_piece, &v, &done);
         if (r == 0)
-                r = fn(iov, n, done, ud);
+                r = fn(v.iov, v.n, done, ud);
         return ctx_leave(&c, r);
 }
 
