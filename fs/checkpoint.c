@@ -120,21 +120,22 @@ static int serialize_file(ntfs_store *st, uint64_t wsid, uint64_t ino, struct in
         for (size_t i = 0; i < nidx; i++) {
                 if (idx[i] >= n)
                         continue;
-                uint8_t ck[24];
-                key2(ck, wsid, ino);
-                ntfs_put_be64(ck + 16, idx[i]);
-                if ((r = db_get(st, st->chunk, ck, 24, &v)) < 0)
+                struct chunk_rec cr;
+                if ((r = chunk_rec_get(st, wsid, ino, idx[i], &cr)) < 0)
                         return r;
-                size_t len = v.mv_size > NTFS_CHUNK_SIZE ? NTFS_CHUNK_SIZE : v.mv_size;
+                size_t len = cr.len;
                 /* a chunk's stored length never exceeds the file's size */
                 uint64_t room = rec->size - idx[i] * NTFS_CHUNK_SIZE;
                 if (len > room)
                         len = (size_t)room;
+                const uint8_t *data = wsdata_map(st, wsid, &cr, &r);
+                if (!data)
+                        return r;
                 ntfs_hash h = { 0 };
-                if (!chunk_is_zero(v.mv_data, len)) {
+                if (!chunk_is_zero(data, len)) {
                         /* trailing zeros of the last chunk are implicit */
                         blob[0] = OBJ_BLOB;
-                        memcpy(blob + 1, v.mv_data, len);
+                        memcpy(blob + 1, data, len);
                         if ((r = obj_put(st, blob, len + 1, &h)) < 0)
                                 return r;
                 }
@@ -151,7 +152,7 @@ static int serialize_file(ntfs_store *st, uint64_t wsid, uint64_t ino, struct in
         ntfs_hash fh;
         if ((r = obj_put(st, obj, objlen, &fh)) < 0)
                 return r;
-        if ((r = db_del_prefix(st, st->chunk, k0, 16)) < 0)
+        if ((r = chunks_drop(st, wsid, ino, 0)) < 0)
                 return r;
         rec->base = fh;
         rec->base_nchunks = (uint32_t)n;
@@ -495,9 +496,7 @@ static int serialize_links(ntfs_store *st, uint64_t wsid, const ntfs_hash *old, 
                 if (items[i].rec.nlink == 0) {
                         if ((r = db_del(st, st->ino, kk, 16)) < 0 && r != -ENOENT)
                                 return r;
-                        uint8_t ck[16];
-                        key2(ck, wsid, items[i].ino);
-                        if ((r = db_del_prefix(st, st->chunk, ck, 16)) < 0)
+                        if ((r = chunks_drop(st, wsid, items[i].ino, 0)) < 0)
                                 return r;
                 }
         }

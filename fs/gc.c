@@ -323,6 +323,12 @@ int ntfs_fsck(ntfs_store *st, void (*cb)(const char *problem, void *), void *ud,
                         mdb_cursor_close(cur);
                 }
         }
+        /* the working states' data files */
+        if (r == 0) {
+                uint64_t wp = 0;
+                r = wsdata_check(st, cb, ud, &wp);
+                w.problems += wp;
+        }
         store_leave(st);
         if (r == 0) {
                 if (ret) {

@@ -10,7 +10,12 @@
 
 #include "fs/store.h"
 
+/* The object encoding's version (inside every commit object). */
 #define NTFS_FORMAT_VERSION 1
+/* The store's layout (meta "format"). 2: chunk records name slots of the
+ * working data files (wsdata.c); in 1 they held the bytes. A layout-1 store
+ * with no chunk record is upgraded when opened. */
+#define NTFS_STORE_LAYOUT 2
 
 /* Object types: first byte of every value in the obj database. */
 enum {
@@ -92,6 +97,14 @@ int object_check(const void *data, size_t len, int (*ref)(const ntfs_hash *, voi
 /* ---- the store ---------------------------------------------------------- */
 
 struct ws_list;
+struct wsdata;
+struct wsdata_job;
+/* A data file mapping replaced by a bigger one: unmapped when the lock is
+ * released, since pointers into it may be in use until then. */
+struct wsdata_oldmap {
+        void *addr;
+        size_t len;
+};
 
 struct ntfs_store {
         char *dir;
@@ -112,6 +125,13 @@ struct ntfs_store {
         bool flusher_running, stopping;
         pthread_cond_t cond;
         struct ntfs_ws *wss;   /* open workspace handles */
+        struct wsdata *wsd;    /* open working data files (wsdata.c) */
+        size_t nwsd, wsd_cap;
+        uint64_t wsd_gen;      /* counts data file writes */
+        struct wsdata_oldmap oldmaps[8]; /* unmapped at store_leave */
+        size_t noldmaps;
+        struct wsdata_job *jobs; /* slots freed by the batch, run when it commits */
+        size_t njobs, jobs_cap;
 };
 
 /* Inode record: value of the ino database, key (wsid, ino). */
@@ -166,6 +186,8 @@ struct ntfs_ws {
  * store_enter() first and store_leave() last. */
 int store_enter(ntfs_store *st);
 void store_leave(ntfs_store *st);
+/* Aborts the batch transaction, if any. Lock held. */
+void store_abort_locked(ntfs_store *st);
 /* Commits the batch transaction (durable: also fsync). Lock held. */
 int store_commit_locked(ntfs_store *st, bool durable);
 /* Commits the batch (not durably) and begins a new one, so that a failing
@@ -203,6 +225,50 @@ uint64_t wsid_alloc(ntfs_store *st);
 /* Marks a working state for deletion (done lazily). */
 int wsid_retire(ntfs_store *st, uint64_t wsid);
 int wsid_reclaim_all(ntfs_store *st, uint64_t *ret_count);
+
+/* wsdata.c: the working data files. A chunk record (value of the chunk db,
+ * key wsid, ino, chunk index) names the 64 KiB slot that holds the chunk's
+ * bytes in the working state's data file, and how many are stored (the rest
+ * read as zeros). Lock held for all of these. */
+struct chunk_rec {
+        uint64_t slot;
+        uint32_t len;
+};
+int chunk_rec_get(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, struct chunk_rec *ret);
+int chunk_rec_put(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, const struct chunk_rec *cr);
+/* A new slot (creates the data file on first use). */
+int wsdata_alloc(ntfs_store *st, uint64_t wsid, uint64_t *ret);
+/* Writes len bytes at byte in of a slot; buf NULL writes zeros. */
+int wsdata_pwrite(ntfs_store *st, uint64_t wsid, uint64_t slot, size_t in, const void *buf, size_t len);
+/* The stored bytes of a chunk, read-only in the data file's mapping: valid
+ * until the lock is released. NULL with *err set on failure. */
+const uint8_t *wsdata_map(ntfs_store *st, uint64_t wsid, const struct chunk_rec *cr, int *err);
+/* Unmaps mappings that a bigger one replaced (store_leave, lock held). */
+void wsdata_leave(ntfs_store *st);
+/* Deletes a file's chunk records from index from on; their slots are freed
+ * when the batch commits. */
+int chunks_drop(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t from);
+/* The working state's data file goes when the batch commits. */
+int wsdata_retire(ntfs_store *st, uint64_t wsid);
+/* Before a batch commits: the written data files reach the disk. */
+int wsdata_presync(ntfs_store *st);
+/* The flusher, before a commit: syncs the written data files with the lock
+ * released, so that the commit finds little left to sync. Called and
+ * returns with the lock held. */
+void wsdata_presync_unlocked(ntfs_store *st);
+/* The flusher, after a commit: gives the space of free slots back to the
+ * file system (hole punches) with the lock released. Called and returns
+ * with the lock held. */
+void wsdata_trim(ntfs_store *st);
+/* After a batch committed / was aborted: run / drop its queued frees. */
+void wsdata_committed(ntfs_store *st);
+void wsdata_aborted(ntfs_store *st);
+/* At open: removes data files whose working state names no chunk. */
+int wsdata_sweep(ntfs_store *st);
+void wsdata_close_all(ntfs_store *st);
+/* fsck: every chunk record decodes, names a slot inside its data file, and
+ * no two name the same slot. cb gets one line per problem. */
+int wsdata_check(ntfs_store *st, void (*cb)(const char *problem, void *), void *ud, uint64_t *ret_problems);
 
 /* ws.c */
 int ino_get(ntfs_store *st, uint64_t wsid, uint64_t ino, struct ino_rec *ret);

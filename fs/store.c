@@ -104,23 +104,35 @@ static int txn_begin(ntfs_store *st) {
         return 0;
 }
 
+void store_abort_locked(ntfs_store *st) {
+        if (st->txn) {
+                mdb_txn_abort(st->txn);
+                st->txn = NULL;
+        }
+        wsdata_aborted(st);
+}
+
 int store_commit_locked(ntfs_store *st, bool durable) {
         int r = 0;
         if (st->txn) {
-                if (st->txn_broken) {
-                        mdb_txn_abort(st->txn);
-                        st->txn = NULL;
-                        return -EIO;
-                }
-                if ((r = NTFS_FAULT("store.commit")) < 0) {
-                        mdb_txn_abort(st->txn);
-                        st->txn = NULL;
+                if (st->txn_broken)
+                        r = -EIO;
+                if (r == 0)
+                        r = NTFS_FAULT("store.commit");
+                /* the slots the batch names reach the disk before it does */
+                if (r == 0)
+                        r = wsdata_presync(st);
+                if (r < 0) {
+                        store_abort_locked(st);
                         return r;
                 }
                 int rc = mdb_txn_commit(st->txn);
                 st->txn = NULL;
-                if (rc)
+                if (rc) {
+                        wsdata_aborted(st);
                         return lmdb_err(rc);
+                }
+                wsdata_committed(st);
         }
         if (durable) {
                 if ((r = NTFS_FAULT("store.sync")) < 0)
@@ -153,6 +165,7 @@ void store_leave(ntfs_store *st) {
                 if (r < 0)
                         log_warn("store: batch commit failed: %s", ntfs_strerror(r));
         }
+        wsdata_leave(st); /* no pointer into a replaced mapping is left */
         /* Invalidation callbacks run only in the thread that replaced the
          * state (ntfs_rollback), never here: a FUSE worker leaving the store
          * must not notify the kernel while its own request holds a lock. */
@@ -198,10 +211,15 @@ static void *flusher_main(void *arg) {
                 }
                 pthread_cond_timedwait(&st->cond, &st->lock, &ts);
                 if (st->txn && ntfs_mono_ns() - st->txn_started > NTFS_STORE_FLUSH_MS * 1000000LL) {
+                        wsdata_presync_unlocked(st);
+                        if (!st->txn || st->stopping ||
+                            ntfs_mono_ns() - st->txn_started <= NTFS_STORE_FLUSH_MS * 1000000LL)
+                                continue; /* committed meanwhile */
                         int r = store_commit_locked(st, false);
                         if (r < 0)
                                 log_warn("store: background flush failed: %s", ntfs_strerror(r));
                 }
+                wsdata_trim(st);
         }
         pthread_mutex_unlock(&st->lock);
         return NULL;
@@ -382,7 +400,7 @@ static int wsid_purge(ntfs_store *st, uint64_t wsid) {
                 if (r < 0)
                         return r;
         }
-        return 0;
+        return wsdata_retire(st, wsid);
 }
 
 int wsid_reclaim_all(ntfs_store *st, uint64_t *ret_count) {
@@ -437,7 +455,7 @@ static int open_dbs(ntfs_store *st) {
         MDB_val v;
         int r = db_get(st, st->meta, "format", 6, &v);
         if (r == -ENOENT) {
-                uint32_t f = NTFS_FORMAT_VERSION;
+                uint32_t f = NTFS_STORE_LAYOUT;
                 return db_put(st, st->meta, "format", 6, &f, 4);
         }
         if (r < 0)
@@ -446,7 +464,23 @@ static int open_dbs(ntfs_store *st) {
         if (v.mv_size != 4)
                 return -NTFS_EBADFORMAT;
         memcpy(&f, v.mv_data, 4);
-        return f == NTFS_FORMAT_VERSION ? 0 : -NTFS_EBADFORMAT;
+        if (f == 1) {
+                /* Version 1 kept chunk bytes in the chunk db; with none
+                 * there the layouts agree. */
+                MDB_stat ms;
+                int rc = mdb_stat(st->txn, st->chunk, &ms);
+                if (rc)
+                        return lmdb_err(rc);
+                if (ms.ms_entries) {
+                        log_error("store: format 1 with %zu unsaved chunks; checkpoint every session "
+                                  "with the ntfs that wrote it, then open it again",
+                                  (size_t)ms.ms_entries);
+                        return -NTFS_EBADFORMAT;
+                }
+                f = NTFS_STORE_LAYOUT;
+                return db_put(st, st->meta, "format", 6, &f, 4);
+        }
+        return f == NTFS_STORE_LAYOUT ? 0 : -NTFS_EBADFORMAT;
 }
 
 /* Views are ephemeral: any left by a crashed process are retired. */
@@ -526,11 +560,11 @@ int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_st
         if (r == 0)
                 r = wsid_reclaim_all(st, NULL);
         if (r == 0)
+                r = wsdata_sweep(st);
+        if (r == 0)
                 r = store_commit_locked(st, true);
-        else if (st->txn) {
-                mdb_txn_abort(st->txn);
-                st->txn = NULL;
-        }
+        else
+                store_abort_locked(st);
         pthread_mutex_unlock(&st->lock);
         if (r < 0)
                 goto fail;
@@ -545,6 +579,7 @@ int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_st
         *ret = TAKE_PTR(st);
         return 0;
 fail:
+        wsdata_close_all(st);
         mdb_env_close(st->env);
         free(st->dir);
         return r;
@@ -566,6 +601,7 @@ void ntfs_store_close(ntfs_store *st) {
         if (r < 0)
                 log_error("store: final flush failed: %s", ntfs_strerror(r));
         pthread_mutex_unlock(&st->lock);
+        wsdata_close_all(st);
         mdb_env_close(st->env);
         if (st->lock_fd >= 0)
                 close(st->lock_fd);
@@ -1011,10 +1047,7 @@ int store_make_commit(ntfs_store *st, const struct tree_entry *root, const ntfs_
 int store_finish(ntfs_store *st, int r, bool durable) {
         if (r == 0)
                 return store_commit_locked(st, durable);
-        if (st->txn) {
-                mdb_txn_abort(st->txn);
-                st->txn = NULL;
-        }
+        store_abort_locked(st);
         return r;
 }
 

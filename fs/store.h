@@ -209,7 +209,9 @@ int ntfs_gc(ntfs_store *st, const ntfs_hash *extra_roots, size_t n_extra, struct
 struct ntfs_fsck_stats {
         uint64_t objects_checked, commits, problems;
 };
-/* Verifies every reachable object's hash, encoding and references. cb gets
+/* Verifies every reachable object's hash, encoding and references, and that
+ * the working states' chunk records name distinct slots inside their data
+ * files. cb gets
  * one line per problem. Returns 0 when clean, -NTFS_ECORRUPT otherwise. */
 int ntfs_fsck(ntfs_store *st, void (*cb)(const char *problem, void *), void *ud, struct ntfs_fsck_stats *ret);
 

@@ -607,28 +607,23 @@ static size_t chunk_len_in(uint64_t size, uint64_t idx) {
         return n > NTFS_CHUNK_SIZE ? NTFS_CHUNK_SIZE : (size_t)n;
 }
 
-/* Finds the stored bytes of chunk idx of a file: *data and *len point into the
- * store's map (valid until the next change in this transaction); bytes past
- * *len read as zeros, and *len == 0 is an all-zero (sparse) chunk. */
-static int chunk_ref(struct ctx *c, uint64_t ino, const struct ino_rec *rec, uint64_t idx, const uint8_t **data,
-                     size_t *len) {
-        *data = NULL;
-        *len = 0;
-        uint8_t k[24];
-        key2(k, c->wsid, ino);
-        ntfs_put_be64(k + 16, idx);
-        MDB_val v;
-        int r = db_get(c->st, c->st->chunk, k, 24, &v);
-        if (r == 0) {
-                *data = v.mv_data;
-                *len = v.mv_size > NTFS_CHUNK_SIZE ? NTFS_CHUNK_SIZE : v.mv_size;
-                return 0;
-        }
-        if (r != -ENOENT)
-                return r;
+/* Where chunk idx of a file is: in the working data file (in_file, when
+ * the chunk was written since the base) or in the base content. data points
+ * at its bytes in the data file's mapping or the store's map (valid until
+ * the next change in this transaction, or until the lock is released); bytes
+ * past len read as zeros, and len == 0 is an all-zero (sparse) chunk. */
+struct chunk_src {
+        bool in_file;
+        struct chunk_rec cr; /* in_file */
+        const uint8_t *data;
+        size_t len;
+};
+
+static int base_ref(struct ctx *c, const struct ino_rec *rec, uint64_t idx, struct chunk_src *s) {
         if (idx >= rec->base_nchunks || ntfs_hash_is_zero(&rec->base))
                 return 0;
         MDB_val fv;
+        int r;
         if ((r = obj_get_typed(c->st, &rec->base, OBJ_FILE, &fv)) < 0)
                 return r;
         struct file_view f;
@@ -646,30 +641,80 @@ static int chunk_ref(struct ctx *c, uint64_t ino, const struct ino_rec *rec, uin
         size_t n = bv.mv_size - 1;
         if (n > NTFS_CHUNK_SIZE)
                 return -NTFS_ECORRUPT;
-        *data = (const uint8_t *)bv.mv_data + 1;
-        *len = n;
+        s->data = (const uint8_t *)bv.mv_data + 1;
+        s->len = n;
         return 0;
 }
 
-/* Copies chunk idx of a file into buf (NTFS_CHUNK_SIZE bytes; zero-filled
- * past its stored data). */
-static int chunk_load(struct ctx *c, uint64_t ino, const struct ino_rec *rec, uint64_t idx, uint8_t *buf) {
-        const uint8_t *p;
-        size_t n;
-        int r = chunk_ref(c, ino, rec, idx, &p, &n);
+static int chunk_src(struct ctx *c, uint64_t ino, const struct ino_rec *rec, uint64_t idx, struct chunk_src *s) {
+        memset(s, 0, sizeof *s);
+        int r = chunk_rec_get(c->st, c->wsid, ino, idx, &s->cr);
+        if (r == 0) {
+                s->in_file = true;
+                s->len = s->cr.len;
+                s->data = wsdata_map(c->st, c->wsid, &s->cr, &r);
+                return s->data ? 0 : r;
+        }
+        return r == -ENOENT ? base_ref(c, rec, idx, s) : r;
+}
+
+/* Copies bytes [in, in + len) of a chunk into buf (zeros past its data). */
+static void src_copy(const struct chunk_src *s, size_t in, uint8_t *buf, size_t len) {
+        size_t have = in < s->len ? NTFS_MIN(s->len - in, len) : 0;
+        if (have)
+                memcpy(buf, s->data + in, have);
+        memset(buf + have, 0, len - have);
+}
+
+/* Gives chunk idx of a file, which has no slot yet, stored bytes [0, len)
+ * in a new slot of the working data file: its base bytes up to len, with
+ * buf's n bytes at in (buf NULL: the base bytes only). */
+static int chunk_materialize(struct ctx *c, uint64_t ino, const struct ino_rec *rec, uint64_t idx, size_t len,
+                             const uint8_t *buf, size_t in, size_t n) {
+        bool whole = buf && in == 0 && n >= len; /* no byte of the base survives */
+        struct chunk_src s;
+        memset(&s, 0, sizeof s);
+        int r = whole ? 0 : base_ref(c, rec, idx, &s);
         if (r < 0)
                 return r;
-        if (n)
-                memcpy(buf, p, n);
-        memset(buf + n, 0, NTFS_CHUNK_SIZE - n);
-        return 0;
+        if (!buf && s.len == 0)
+                return 0; /* nothing stored: it reads as zeros already */
+        struct chunk_rec cr = { 0, (uint32_t)len };
+        if ((r = wsdata_alloc(c->st, c->wsid, &cr.slot)) < 0)
+                return r;
+        if (whole) {
+                r = wsdata_pwrite(c->st, c->wsid, cr.slot, 0, buf, len);
+        } else {
+                _cleanup_free_ uint8_t *cb = malloc(NTFS_CHUNK_SIZE);
+                if (!cb)
+                        return -ENOMEM;
+                src_copy(&s, 0, cb, len);
+                if (buf)
+                        memcpy(cb + in, buf, n);
+                r = wsdata_pwrite(c->st, c->wsid, cr.slot, 0, cb, len);
+        }
+        return r < 0 ? r : chunk_rec_put(c->st, c->wsid, ino, idx, &cr);
 }
 
-static int chunk_store(struct ctx *c, uint64_t ino, uint64_t idx, const uint8_t *buf, size_t len) {
-        uint8_t k[24];
-        key2(k, c->wsid, ino);
-        ntfs_put_be64(k + 16, idx);
-        return db_put(c->st, c->st->chunk, k, 24, buf, len);
+/* Writes n bytes at byte in of chunk idx, whose length in a file of size
+ * newsize is clen: in place when the chunk has a slot (zeroing any gap past
+ * its stored bytes first), else into a new one. */
+static int chunk_write(struct ctx *c, uint64_t ino, const struct ino_rec *rec, uint64_t idx, size_t clen,
+                       const uint8_t *buf, size_t in, size_t n) {
+        struct chunk_rec cr;
+        int r = chunk_rec_get(c->st, c->wsid, ino, idx, &cr);
+        if (r == -ENOENT)
+                return chunk_materialize(c, ino, rec, idx, NTFS_MAX(clen, in + n), buf, in, n);
+        if (r < 0)
+                return r;
+        if (in > cr.len && (r = wsdata_pwrite(c->st, c->wsid, cr.slot, cr.len, NULL, in - cr.len)) < 0)
+                return r;
+        if ((r = wsdata_pwrite(c->st, c->wsid, cr.slot, in, buf, n)) < 0)
+                return r;
+        if (in + n <= cr.len)
+                return 0;
+        cr.len = (uint32_t)(in + n);
+        return chunk_rec_put(c->st, c->wsid, ino, idx, &cr);
 }
 
 static int check_space(struct ctx *c) {
@@ -710,37 +755,21 @@ static int do_truncate(struct ctx *c, uint64_t ino, struct ino_rec *rec, uint64_
                 return r;
         if (size < rec->size) {
                 uint64_t keep = (size + NTFS_CHUNK_SIZE - 1) / NTFS_CHUNK_SIZE;
-                /* drop overlay chunks >= keep */
-                uint8_t k[24];
-                key2(k, c->wsid, ino);
-                ntfs_put_be64(k + 16, keep);
-                MDB_cursor *cur;
-                int rc = mdb_cursor_open(c->st->txn, c->st->chunk, &cur);
-                if (rc)
-                        return lmdb_err(rc);
-                MDB_val kk = { 24, k }, v;
-                for (rc = mdb_cursor_get(cur, &kk, &v, MDB_SET_RANGE);
-                     rc == 0 && kk.mv_size == 24 && memcmp(kk.mv_data, k, 16) == 0;
-                     rc = mdb_cursor_get(cur, &kk, &v, MDB_SET_RANGE)) {
-                        rc = mdb_cursor_del(cur, 0);
-                        if (rc)
-                                break;
-                        kk.mv_size = 24;
-                        kk.mv_data = k;
-                }
-                mdb_cursor_close(cur);
-                if (rc && rc != MDB_NOTFOUND) {
-                        c->st->txn_broken = true;
-                        return lmdb_err(rc);
-                }
+                if ((r = chunks_drop(c->st, c->wsid, ino, keep)) < 0)
+                        return r;
                 if (size % NTFS_CHUNK_SIZE) {
+                        /* the partial last chunk keeps only its bytes below size */
                         uint64_t idx = size / NTFS_CHUNK_SIZE;
-                        _cleanup_free_ uint8_t *buf = malloc(NTFS_CHUNK_SIZE);
-                        if (!buf)
-                                return -ENOMEM;
-                        if ((r = chunk_load(c, ino, rec, idx, buf)) < 0)
-                                return r;
-                        if ((r = chunk_store(c, ino, idx, buf, size % NTFS_CHUNK_SIZE)) < 0)
+                        size_t len = size % NTFS_CHUNK_SIZE;
+                        struct chunk_rec cr;
+                        r = chunk_rec_get(c->st, c->wsid, ino, idx, &cr);
+                        if (r == 0 && cr.len > len) {
+                                cr.len = (uint32_t)len;
+                                r = chunk_rec_put(c->st, c->wsid, ino, idx, &cr);
+                        } else if (r == -ENOENT) {
+                                r = chunk_materialize(c, ino, rec, idx, len, NULL, 0, 0);
+                        }
+                        if (r < 0)
                                 return r;
                 }
                 if (rec->base_nchunks > keep)
@@ -755,9 +784,10 @@ static int do_truncate(struct ctx *c, uint64_t ino, struct ino_rec *rec, uint64_
 
 /* Walks bytes [off, off + size) of regular file ino, cut at its size, as
  * pieces in order: fn(data, len, ud) with data pointing into the store's map
- * (valid until the next change in this transaction), or data NULL for len
- * zero bytes (a hole, or the zeros after a short chunk). *walked gets the
- * bytes walked. The one read loop behind ntfs_ws_read and ntfs_ws_read_iov. */
+ * or the data file's mapping (valid until the next change in this
+ * transaction, or until the lock is released), or data NULL for len zero
+ * bytes (a hole, or the zeros after a short chunk). *walked gets the bytes
+ * walked. The one read loop behind ntfs_ws_read and ntfs_ws_read_iov. */
 static int read_pieces(struct ctx *c, uint64_t ino, size_t size, uint64_t off,
                        int (*fn)(const uint8_t *data, size_t len, void *ud), void *ud, size_t *walked) {
         struct ino_rec rec;
@@ -776,12 +806,11 @@ static int read_pieces(struct ctx *c, uint64_t ino, size_t size, uint64_t off,
                 uint64_t pos = off + done;
                 size_t in = (size_t)(pos % NTFS_CHUNK_SIZE);
                 size_t want = NTFS_MIN(NTFS_CHUNK_SIZE - in, size - done);
-                const uint8_t *p;
-                size_t have;
-                if ((r = chunk_ref(c, ino, &rec, pos / NTFS_CHUNK_SIZE, &p, &have)) < 0)
+                struct chunk_src s;
+                if ((r = chunk_src(c, ino, &rec, pos / NTFS_CHUNK_SIZE, &s)) < 0)
                         return r;
-                size_t from = in < have ? NTFS_MIN(have - in, want) : 0; /* stored bytes in range */
-                if (from && (r = fn(p + in, from, ud)) < 0)
+                size_t from = in < s.len ? NTFS_MIN(s.len - in, want) : 0; /* stored bytes in range */
+                if (from && (r = fn(s.data + in, from, ud)) < 0)
                         return r;
                 if (want > from && (r = fn(NULL, want - from, ud)) < 0)
                         return r;
@@ -806,7 +835,7 @@ ssize_t ntfs_ws_read(ntfs_ws *ws, uint64_t ino, void *buf, size_t size, uint64_t
         int r = ctx_enter(ws, &c, false);
         if (r < 0)
                 return r;
-        /* copies only the asked-for bytes, straight from the map */
+        /* copies only the asked-for bytes, straight from the maps */
         uint8_t *at = buf;
         size_t done;
         r = ctx_leave(&c, read_pieces(&c, ino, size, off, copy_piece, &at, &done));
@@ -827,7 +856,12 @@ static int iov_piece(const uint8_t *data, size_t len, void *ud) {
         struct iov_pieces *v = ud;
         if (v->n == READ_IOV_MAX)
                 return -E2BIG; /* cannot happen: READ_IOV_MAX covers the largest size */
-        v->iov[v->n++] = (struct iovec){ (void *)(data ? data : zero_chunk), len };
+        /* a piece that follows its predecessor in memory extends it */
+        struct iovec *last = v->n ? &v->iov[v->n - 1] : NULL;
+        if (data && last && (const uint8_t *)last->iov_base + last->iov_len == data)
+                last->iov_len += len;
+        else
+                v->iov[v->n++] = (struct iovec){ (void *)(data ? data : zero_chunk), len };
         return 0;
 }
 
@@ -870,28 +904,16 @@ ssize_t ntfs_ws_write(ntfs_ws *ws, uint64_t ino, const void *buf, size_t size, u
                 r = quota_bytes(&c, rec.size, end);
         size_t done = 0;
         if (r == 0 && size > 0) {
-                _cleanup_free_ uint8_t *cb = malloc(NTFS_CHUNK_SIZE);
-                if (!cb)
-                        r = -ENOMEM;
                 uint64_t newsize = end > rec.size ? end : rec.size;
                 while (r == 0 && done < size) {
                         uint64_t pos = off + done;
                         uint64_t idx = pos / NTFS_CHUNK_SIZE;
                         size_t in = (size_t)(pos % NTFS_CHUNK_SIZE);
-                        size_t n = NTFS_CHUNK_SIZE - in;
-                        if (n > size - done)
-                                n = size - done;
-                        size_t clen = chunk_len_in(newsize, idx);
-                        if (in == 0 && n >= clen) {
-                                /* the whole chunk is replaced: no read needed */
-                                r = chunk_store(&c, ino, idx, (const uint8_t *)buf + done, clen);
-                        } else {
-                                if ((r = chunk_load(&c, ino, &rec, idx, cb)) < 0)
-                                        break;
-                                memcpy(cb + in, (const uint8_t *)buf + done, n);
-                                r = chunk_store(&c, ino, idx, cb, clen);
-                        }
-                        done += n;
+                        size_t n = NTFS_MIN(NTFS_CHUNK_SIZE - in, size - done);
+                        r = chunk_write(&c, ino, &rec, idx, chunk_len_in(newsize, idx), (const uint8_t *)buf + done,
+                                        in, n);
+                        if (r == 0)
+                                done += n;
                 }
                 if (r == 0 && newsize != rec.size) {
                         account_size(&c, rec.size, newsize);
@@ -1131,7 +1153,7 @@ ssize_t ntfs_ws_readlink(ntfs_ws *ws, uint64_t ino, char *buf, size_t size) {
 static int ino_free(struct ctx *c, uint64_t ino, const struct ino_rec *rec) {
         uint8_t k[16];
         key2(k, c->wsid, ino);
-        int r = db_del_prefix(c->st, c->st->chunk, k, 16);
+        int r = chunks_drop(c->st, c->wsid, ino, 0);
         if (r >= 0)
                 r = db_del_prefix(c->st, c->st->xattr, k, 16);
         if (r >= 0 && S_ISDIR(rec->mode))

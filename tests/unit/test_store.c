@@ -5,6 +5,7 @@
  * NTFS_MODEL_SEED=N replays a model run; NTFS_MODEL_STEPS=N sets its length.
  */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <signal.h>
@@ -797,9 +798,13 @@ static void model_check(ntfs_ws *ws, const struct model *m, const char *what, un
                         /* the zero-copy read agrees, from an offset inside the file */
                         size_t from = f->len ? (size_t)(step * 7919u) % f->len : 0;
                         ssize_t ni = read_iov(ws, ino, buf, sizeof buf, from);
-                        if (ni != (ssize_t)(f->len - from) || memcmp(buf, f->data + from, f->len - from) != 0)
-                                FAIL("%s step %u: %s read_iov from %zu differs (read %zd)", what, step, p, from,
-                                     ni);
+                        if (ni != (ssize_t)(f->len - from) || memcmp(buf, f->data + from, f->len - from) != 0) {
+                                size_t at = 0;
+                                while (at < f->len - from && buf[at] == f->data[from + at])
+                                        at++;
+                                FAIL("%s step %u: %s read_iov from %zu differs (read %zd of %zu) at %zu", what,
+                                     step, p, from, ni, f->len, from + at);
+                        }
                         ssize_t n = ntfs_ws_read(ws, ino, buf, sizeof buf, 0);
                         if (n != (ssize_t)f->len || memcmp(buf, f->data, f->len) != 0) {
                                 size_t at = 0;
@@ -1135,6 +1140,188 @@ TEST(fsck_finds_corruption) {
  * nth hit. It reports each acknowledged checkpoint (id and expected content
  * of file "f") on a pipe. The parent reopens, runs fsck, and checks every
  * acknowledged checkpoint. */
+/* ---- working data files (fs/wsdata.c) ---------------------------------------- */
+
+/* The one data file under tmpdir/wsdata (there must be exactly one). */
+static void data_file(char *out, size_t len) {
+        char dir[300];
+        snprintf(dir, sizeof dir, "%s/wsdata", tmpdir);
+        DIR *d = opendir(dir);
+        ASSERT(d != NULL);
+        int n = 0;
+        struct dirent *de;
+        while ((de = readdir(d)))
+                if (de->d_name[0] != '.') {
+                        snprintf(out, len, "%.280s/%.100s", dir, de->d_name);
+                        n++;
+                }
+        closedir(d);
+        ASSERT_EQ(n, 1);
+}
+
+static void fill(uint8_t *b, size_t n, unsigned seed) {
+        for (size_t i = 0; i < n; i++)
+                b[i] = (uint8_t)(seed * 131 + i * 7 + (i >> 9));
+}
+
+static void expect_bytes(ntfs_ws *ws, const char *path, const uint8_t *want, size_t n) {
+        static uint8_t got[1 << 20];
+        ASSERT(n <= sizeof got);
+        uint64_t ino = must(ws, path);
+        ASSERT_EQ(ntfs_ws_read(ws, ino, got, sizeof got, 0), (long)n);
+        ASSERT(memcmp(got, want, n) == 0);
+        ASSERT_EQ(read_iov(ws, ino, got, sizeof got, 0), (long)n);
+        ASSERT(memcmp(got, want, n) == 0);
+}
+
+/* Child: commits b, then in a batch that never commits frees b's slots and
+ * writes c, and dies. */
+static void freed_slots_child(const uint8_t *x, const uint8_t *y, size_t n) {
+        ntfs_store *st;
+        if (ntfs_store_open(tmpdir, &(struct ntfs_store_opts){ .no_flusher = true }, &st) < 0)
+                _exit(3);
+        ntfs_ws *ws;
+        struct ntfs_attr a, ca;
+        if (ntfs_ws_open(st, "s", &ws) < 0 || ntfs_ws_mknod(ws, NTFS_ROOT_INO, "b", S_IFREG | 0644, 0, 0, 0, &a) < 0 ||
+            ntfs_ws_write(ws, a.ino, x, n, 0, false) != (ssize_t)n || ntfs_store_flush(st, true) < 0)
+                _exit(4);
+        struct ntfs_attr in = { .size = 0 }, out;
+        if (ntfs_ws_setattr(ws, a.ino, &in, NTFS_SET_SIZE, &out) < 0 ||
+            ntfs_ws_mknod(ws, NTFS_ROOT_INO, "c", S_IFREG | 0644, 0, 0, 0, &ca) < 0 ||
+            ntfs_ws_write(ws, ca.ino, y, n, 0, false) != (ssize_t)n)
+                _exit(5);
+        _exit(0); /* no commit: a crash */
+}
+
+TEST(working_data_files) {
+        static uint8_t x[256 << 10], y[256 << 10];
+        fill(x, sizeof x, 1);
+        fill(y, sizeof y, 2);
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ntfs_store_close(st);
+
+        /* a batch that frees slots and dies leaves them as the last commit had them */
+        pid_t pid = fork();
+        ASSERT(pid >= 0);
+        if (pid == 0)
+                freed_slots_child(x, y, sizeof x);
+        int status;
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        st = open_store();
+        fsck_clean(st);
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        expect_bytes(ws, "b", x, sizeof x);
+        struct ntfs_attr a;
+        ASSERT_ERR(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "c", &a), -ENOENT);
+        /* the dead batch's slots (c's, past b's) were cut off when the file
+         * was first used again */
+        char path[400];
+        data_file(path, sizeof path);
+        struct stat sb;
+        ASSERT_OK(stat(path, &sb));
+        ASSERT_EQ((uint64_t)sb.st_size, sizeof x);
+        uint64_t c = mkfile(ws, NTFS_ROOT_INO, "c", "");
+        ASSERT_EQ(ntfs_ws_write(ws, c, y, sizeof y, 0, false), (long)sizeof y);
+        ASSERT_OK(ntfs_store_flush(st, true));
+        ASSERT_OK(stat(path, &sb));
+        ASSERT_EQ((uint64_t)sb.st_size, sizeof x + sizeof y);
+
+        /* the data file holds what was written; freed slots are reused once
+         * the batch that freed them has committed, and after a checkpoint
+         * the flusher gives all the space back */
+        ASSERT((uint64_t)sb.st_blocks * 512 >= sizeof x + sizeof y);
+        off_t both = sb.st_size;
+        struct ntfs_attr zero = { .size = 0 }, out;
+        ASSERT_OK(ntfs_ws_setattr(ws, c, &zero, NTFS_SET_SIZE, &out));
+        ASSERT_OK(ntfs_store_flush(st, true));
+        ASSERT_EQ(ntfs_ws_write(ws, c, x, sizeof x, 0, false), (long)sizeof x);
+        ASSERT_OK(stat(path, &sb));
+        ASSERT_EQ(sb.st_size, both); /* c's new chunks took the freed slots */
+        expect_bytes(ws, "b", x, sizeof x);
+        expect_bytes(ws, "c", x, sizeof x);
+        /* in place: an overwrite and a write past a shortened chunk's end */
+        uint64_t b = must(ws, "b");
+        ASSERT_EQ(ntfs_ws_write(ws, b, y, 5000, 70000, false), 5000);
+        memcpy(x + 70000, y, 5000);
+        struct ntfs_attr in = { .size = 100 };
+        ASSERT_OK(ntfs_ws_setattr(ws, b, &in, NTFS_SET_SIZE, &out));
+        ASSERT_EQ(ntfs_ws_write(ws, b, y, 10, 1000, false), 10);
+        static uint8_t want[1010];
+        memcpy(want, x, 100);
+        memset(want + 100, 0, 900);
+        memcpy(want + 1000, y, 10);
+        expect_bytes(ws, "b", want, sizeof want);
+        bool ch;
+        ntfs_hash h;
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
+        for (int i = 0; i < 100; i++) { /* the flusher wakes every 50 ms */
+                ASSERT_OK(stat(path, &sb));
+                if (sb.st_blocks == 0)
+                        break;
+                usleep(50 * 1000);
+        }
+        ASSERT_EQ(sb.st_blocks, 0);
+        expect_bytes(ws, "b", want, sizeof want);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+
+        /* a read across the end of the data file's first mapping (64 MiB):
+         * the pieces before the remap stay readable until the read is done */
+        st = open_store();
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        uint64_t big = mkfile(ws, NTFS_ROOT_INO, "big", "");
+        for (uint64_t at = 0; at < (64u << 20) + 2 * sizeof x; at += sizeof x) {
+                fill(x, sizeof x, (unsigned)(at >> 18));
+                ASSERT_EQ(ntfs_ws_write(ws, big, x, sizeof x, at, false), (long)sizeof x);
+        }
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        st = open_store();
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        static uint8_t across[1 << 20];
+        uint64_t from = (64u << 20) - (512u << 10);
+        ASSERT_EQ(read_iov(ws, must(ws, "big"), across, sizeof across, from), (long)sizeof across);
+        for (size_t i = 0; i < sizeof across; i += sizeof x) {
+                fill(x, sizeof x, (unsigned)((from + i) >> 18));
+                ASSERT(memcmp(across + i, x, sizeof x) == 0);
+        }
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+
+        /* a data file no working state uses is removed at open */
+        char stray[400];
+        snprintf(stray, sizeof stray, "%s/wsdata/00000000000000ff", tmpdir);
+        int fd = open(stray, O_WRONLY | O_CREAT, 0600);
+        ASSERT(fd >= 0);
+        ASSERT_EQ(write(fd, "junk", 4), 4);
+        close(fd);
+        st = open_store();
+        ASSERT_ERR(access(stray, F_OK), -1);
+
+        /* a data file cut short is corruption: fsck says so, reads fail */
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        b = must(ws, "b");
+        ASSERT_EQ(ntfs_ws_write(ws, b, y, sizeof y, 0, false), (long)sizeof y);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        data_file(path, sizeof path);
+        ASSERT_OK(truncate(path, 4096));
+        st = open_store();
+        int lines = 0;
+        ASSERT_ERR(ntfs_fsck(st, problem_cb, &lines, NULL), -NTFS_ECORRUPT);
+        ASSERT_EQ(lines, 1);
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        static uint8_t buf[1 << 20];
+        ASSERT_ERR(ntfs_ws_read(ws, must(ws, "b"), buf, sizeof buf, 0), -NTFS_ECORRUPT);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
 static void crash_child(int wfd, const char *point, unsigned n) {
         ntfs_store *st;
         if (ntfs_store_open(tmpdir, &(struct ntfs_store_opts){ .no_flusher = true }, &st) < 0)
@@ -1173,8 +1360,9 @@ static void crash_child(int wfd, const char *point, unsigned n) {
 }
 
 TEST(crash_points) {
-        const char *points[] = { "store.commit", "store.sync", "store.checkpoint.objects", "store.serialize",
-                                 "store.create", "store.unlink" };
+        const char *points[] = { "store.commit",     "store.sync",    "store.checkpoint.objects",
+                                 "store.serialize",  "store.create",  "store.unlink",
+                                 "wsdata.write",     "wsdata.sync" };
         int crashes = 0, runs = 0;
         for (size_t p = 0; p < ARRAY_SIZE(points); p++) {
                 for (unsigned n = 1; n <= 12; n++) {
@@ -1292,6 +1480,7 @@ int main(void) {
         RUN(fsck_finds_corruption);
         RUN(io_error_leaves_store_consistent);
         RUN(crash_points);
+        RUN(working_data_files);
         RUN(model_random);
         return tap_done();
 }
