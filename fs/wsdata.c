@@ -109,6 +109,20 @@ int chunk_rec_put(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, con
         return db_put(st, st->chunk, k, 24, v, sizeof v);
 }
 
+/* Makes room for element n of a growing array (doubling from 64). */
+static int room_for(void **arr, size_t *cap, size_t n, size_t elem) {
+        if (n < *cap)
+                return 0;
+        size_t nc = *cap ? *cap * 2 : 64;
+        void *p = realloc(*arr, nc * elem);
+        if (!p)
+                return -ENOMEM;
+        *arr = p;
+        *cap = nc;
+        return 0;
+}
+#define ROOM_FOR(arr, cap, n) room_for((void **)&(arr), &(cap), (n), sizeof *(arr))
+
 static int data_path(ntfs_store *st, uint64_t wsid, char *buf, size_t len) {
         int n = wsid == UINT64_MAX ? snprintf(buf, len, "%s/wsdata", st->dir)
                                    : snprintf(buf, len, "%s/wsdata/%016" PRIx64, st->dir, wsid);
@@ -116,14 +130,8 @@ static int data_path(ntfs_store *st, uint64_t wsid, char *buf, size_t len) {
 }
 
 static int queue_job(ntfs_store *st, uint64_t wsid, uint64_t slot) {
-        if (st->njobs == st->jobs_cap) {
-                size_t cap = st->jobs_cap ? st->jobs_cap * 2 : 64;
-                struct wsdata_job *j = realloc(st->jobs, cap * sizeof *j);
-                if (!j)
-                        return -ENOMEM;
-                st->jobs = j;
-                st->jobs_cap = cap;
-        }
+        if (ROOM_FOR(st->jobs, st->jobs_cap, st->njobs) < 0)
+                return -ENOMEM;
         st->jobs[st->njobs++] = (struct wsdata_job){ wsid, slot };
         return 0;
 }
@@ -138,14 +146,8 @@ static int free_push(struct wsdata *w, uint64_t start, uint64_t count) {
                 w->free[w->nfree - 1].count += count;
                 return 0;
         }
-        if (w->nfree == w->free_cap) {
-                size_t cap = w->free_cap ? w->free_cap * 2 : 64;
-                struct slot_range *nf = realloc(w->free, cap * sizeof *nf);
-                if (!nf)
-                        return -ENOMEM;
-                w->free = nf;
-                w->free_cap = cap;
-        }
+        if (ROOM_FOR(w->free, w->free_cap, w->nfree) < 0)
+                return -ENOMEM;
         w->free[w->nfree++] = (struct slot_range){ start, count };
         return 0;
 }
@@ -199,15 +201,8 @@ static int scan_slots(ntfs_store *st, struct wsdata *w) {
                 struct chunk_rec cr;
                 if ((r = decode_rec(&v, &cr)) < 0)
                         break;
-                if (n == cap) {
-                        cap = cap ? cap * 2 : 256;
-                        uint64_t *ns = realloc(slots, cap * sizeof *ns);
-                        if (!ns) {
-                                r = -ENOMEM;
-                                break;
-                        }
-                        slots = ns;
-                }
+                if ((r = ROOM_FOR(slots, cap, n)) < 0)
+                        break;
                 slots[n++] = cr.slot;
         }
         mdb_cursor_close(cur);
@@ -250,14 +245,8 @@ static int wsdata_get(ntfs_store *st, uint64_t wsid, bool create, struct wsdata 
                         *ret = &st->wsd[i];
                         return 0;
                 }
-        if (st->nwsd == st->wsd_cap) {
-                size_t cap = st->wsd_cap ? st->wsd_cap * 2 : 8;
-                struct wsdata *nw = realloc(st->wsd, cap * sizeof *nw);
-                if (!nw)
-                        return -ENOMEM;
-                st->wsd = nw;
-                st->wsd_cap = cap;
-        }
+        if (ROOM_FOR(st->wsd, st->wsd_cap, st->nwsd) < 0)
+                return -ENOMEM;
         char path[PATH_MAX];
         int r = data_path(st, UINT64_MAX, path, sizeof path);
         if (r < 0)
@@ -660,15 +649,8 @@ int wsdata_check(ntfs_store *st, void (*cb)(const char *problem, void *), void *
                         continue;
                 }
                 wsid = kw;
-                if (n == cap) {
-                        cap = cap ? cap * 2 : 256;
-                        uint64_t *ns = realloc(slots, cap * sizeof *ns);
-                        if (!ns) {
-                                r = -ENOMEM;
-                                break;
-                        }
-                        slots = ns;
-                }
+                if ((r = ROOM_FOR(slots, cap, n)) < 0)
+                        break;
                 slots[n++] = cr.slot;
                 wend = NTFS_MAX(wend, cr.slot * SLOT_BYTES + cr.len);
         }
