@@ -333,8 +333,10 @@ const uint8_t *wsdata_map(ntfs_store *st, uint64_t wsid, const struct chunk_rec 
         if (r == 0 && end > w->map_len) {
                 if (st->noldmaps == ARRAY_SIZE(st->oldmaps))
                         r = -EAGAIN; /* cannot happen: one operation grows a map a few times */
+                /* the whole file at least: a call that reads many chunks
+                 * (a checkpoint) then grows the map once, not per chunk */
                 size_t len = 64u << 20;
-                while (r == 0 && len < end)
+                while (r == 0 && (len < end || len < w->fsize))
                         len *= 2;
                 void *m = r == 0 ? mmap(NULL, len, PROT_READ, MAP_SHARED, w->fd, 0) : MAP_FAILED;
                 if (r == 0 && m == MAP_FAILED)

@@ -4,10 +4,11 @@
  *
  * NTFS_MODEL_SEED=N replays a model run; NTFS_MODEL_STEPS=N sets its length.
  */
-#include <errno.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <lmdb.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1274,15 +1275,13 @@ TEST(working_data_files) {
         st = open_store();
         ASSERT_OK(ntfs_ws_open(st, "s", &ws));
         uint64_t big = mkfile(ws, NTFS_ROOT_INO, "big", "");
+        static uint8_t across[1 << 20];
         for (uint64_t at = 0; at < (64u << 20) + 2 * sizeof x; at += sizeof x) {
                 fill(x, sizeof x, (unsigned)(at >> 18));
                 ASSERT_EQ(ntfs_ws_write(ws, big, x, sizeof x, at, false), (long)sizeof x);
+                if (at == 0) /* maps the data file while it is small (64 MiB) */
+                        ASSERT_EQ(read_iov(ws, big, across, 1, 0), 1);
         }
-        ntfs_ws_close(ws);
-        ntfs_store_close(st);
-        st = open_store();
-        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
-        static uint8_t across[1 << 20];
         uint64_t from = (64u << 20) - (512u << 10);
         ASSERT_EQ(read_iov(ws, must(ws, "big"), across, sizeof across, from), (long)sizeof across);
         for (size_t i = 0; i < sizeof across; i += sizeof x) {
@@ -1319,6 +1318,60 @@ TEST(working_data_files) {
         ASSERT_ERR(ntfs_ws_read(ws, must(ws, "b"), buf, sizeof buf, 0), -NTFS_ECORRUPT);
         ntfs_ws_close(ws);
         ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+/* Turns the store in tmpdir back into layout 1 (meta "format" = 1) and,
+ * when chunk is set, adds a layout-1 chunk record (raw bytes), as an ntfs
+ * before the working data files would have left it. */
+static void make_layout1(bool chunk) {
+        MDB_env *env;
+        MDB_txn *txn;
+        MDB_dbi meta, ch;
+        ASSERT_EQ(mdb_env_create(&env), 0);
+        ASSERT_EQ(mdb_env_set_maxdbs(env, 16), 0);
+        ASSERT_EQ(mdb_env_open(env, tmpdir, MDB_NOLOCK, 0600), 0);
+        ASSERT_EQ(mdb_txn_begin(env, NULL, 0, &txn), 0);
+        ASSERT_EQ(mdb_dbi_open(txn, "meta", 0, &meta), 0);
+        ASSERT_EQ(mdb_dbi_open(txn, "chunk", 0, &ch), 0);
+        uint32_t one = 1;
+        MDB_val k = { 6, (void *)"format" }, v = { 4, &one };
+        ASSERT_EQ(mdb_put(txn, meta, &k, &v, 0), 0);
+        if (chunk) {
+                uint8_t key[24] = { 0 };
+                key[7] = 1;  /* wsid 1 */
+                key[15] = 2; /* ino 2, chunk 0 */
+                MDB_val ck = { 24, key }, cv = { 5, (void *)"hello" };
+                ASSERT_EQ(mdb_put(txn, ch, &ck, &cv, 0), 0);
+        }
+        ASSERT_EQ(mdb_txn_commit(txn), 0);
+        mdb_env_close(env);
+}
+
+TEST(store_layout_upgrade) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ntfs_store_close(st);
+        /* layout 1 with nothing unsaved: opened and upgraded */
+        make_layout1(false);
+        st = open_store();
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        mkfile(ws, NTFS_ROOT_INO, "f", "after the upgrade");
+        expect_content(ws, "f", "after the upgrade");
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        st = open_store(); /* layout 2 now */
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        expect_content(ws, "f", "after the upgrade");
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        /* layout 1 with a chunk only the old code can read: refused */
+        make_layout1(true);
+        struct ntfs_store_opts o = { .initial_map_bytes = 64ull << 20 };
+        ntfs_store *st2 = NULL;
+        ASSERT_ERR(ntfs_store_open(tmpdir, &o, &st2), -NTFS_EBADFORMAT);
         rm_rf(tmpdir);
 }
 
@@ -1481,6 +1534,7 @@ int main(void) {
         RUN(io_error_leaves_store_consistent);
         RUN(crash_points);
         RUN(working_data_files);
+        RUN(store_layout_upgrade);
         RUN(model_random);
         return tap_done();
 }
