@@ -95,8 +95,12 @@ class World:
     def __init__(self, scratch):
         self.scratch = scratch
         self.model = Helper("fake_anthropic.py")
-        self.web = Helper("http_server.py")
-        self.model.post("/_control/script", task_script(self.web.port))
+        try:
+            self.web = Helper("http_server.py")
+            self.model.post("/_control/script", task_script(self.web.port))
+        except BaseException:
+            self.model.stop()
+            raise
         self.store = os.path.join(scratch, "store")
         self.sock = os.path.join(scratch, "s")
         self.policy = os.path.join(scratch, "policy.ini")
@@ -514,7 +518,11 @@ def test_plain_agent_in_the_jail_through_the_egress_proxy(scratch):
         f.write("[tool bash_run]\negress = true\n"
                 "[fetch]\nallow_hosts = 127.0.0.1\nallow_ports = *\nprivate_hosts = 127.0.0.1\n")
     model = Helper("fake_anthropic.py")
-    d = Daemon(scratch, extra=("--policy", policy))
+    try:  # a Daemon that cannot start (or skips) must not leave the model server behind
+        d = Daemon(scratch, extra=("--policy", policy))
+    except BaseException:
+        model.stop()
+        raise
     try:
         d.ok("session", "new", "jailed")
         with open(os.path.join(HELPERS, "plain_agent.py")) as f:
