@@ -607,14 +607,12 @@ static size_t chunk_len_in(uint64_t size, uint64_t idx) {
         return n > NTFS_CHUNK_SIZE ? NTFS_CHUNK_SIZE : (size_t)n;
 }
 
-/* Where chunk idx of a file is: in the working data file (in_file, when
- * the chunk was written since the base) or in the base content. data points
- * at its bytes in the data file's mapping or the store's map (valid until
- * the next change in this transaction, or until the lock is released); bytes
- * past len read as zeros, and len == 0 is an all-zero (sparse) chunk. */
+/* Where chunk idx of a file is: in the working data file (when the chunk
+ * was written since the base) or in the base content. data points at its
+ * bytes in the data file's mapping or the store's map (valid until the next
+ * change in this transaction, or until the lock is released); bytes past len
+ * read as zeros, and len == 0 is an all-zero (sparse) chunk. */
 struct chunk_src {
-        bool in_file;
-        struct chunk_rec cr; /* in_file */
         const uint8_t *data;
         size_t len;
 };
@@ -648,11 +646,11 @@ static int base_ref(struct ctx *c, const struct ino_rec *rec, uint64_t idx, stru
 
 static int chunk_src(struct ctx *c, uint64_t ino, const struct ino_rec *rec, uint64_t idx, struct chunk_src *s) {
         memset(s, 0, sizeof *s);
-        int r = chunk_rec_get(c->st, c->wsid, ino, idx, &s->cr);
+        struct chunk_rec cr;
+        int r = chunk_rec_get(c->st, c->wsid, ino, idx, &cr);
         if (r == 0) {
-                s->in_file = true;
-                s->len = s->cr.len;
-                s->data = wsdata_map(c->st, c->wsid, &s->cr, &r);
+                s->len = cr.len;
+                s->data = wsdata_map(c->st, c->wsid, &cr, &r);
                 return s->data ? 0 : r;
         }
         return r == -ENOENT ? base_ref(c, rec, idx, s) : r;
