@@ -212,3 +212,17 @@ bool ntfs_malloc_tune(void) {
         ok = (mallopt(M_TRIM_THRESHOLD, 256 << 20) == 1) && ok;
         return ok;
 }
+
+int ntfs_room_for(void **arr, size_t *cap, size_t n, size_t elem) {
+        if (n < *cap)
+                return 0;
+        size_t nc = *cap ? *cap * 2 : 64;
+        if (nc > SIZE_MAX / elem)
+                return -ENOMEM;
+        void *p = realloc(*arr, nc * elem);
+        if (!p)
+                return -ENOMEM;
+        *arr = p;
+        *cap = nc;
+        return 0;
+}

@@ -42,6 +42,12 @@ int ntfs_read_file(const char *path, size_t max, char **ret, size_t *ret_len);
  * harmless). See docs/store.md, "Memory". */
 bool ntfs_malloc_tune(void);
 
+/* Makes room for element n of a growing array *arr of *cap elements of
+ * elem bytes (doubling, from 64): 0, or -ENOMEM with *arr untouched. Use
+ * NTFS_ROOM_FOR(arr, cap, n). */
+int ntfs_room_for(void **arr, size_t *cap, size_t n, size_t elem);
+#define NTFS_ROOM_FOR(arr, cap, n) ntfs_room_for((void **)&(arr), &(cap), (n), sizeof *(arr))
+
 /* Big-endian encoders used by on-disk keys. */
 static inline void ntfs_put_be64(uint8_t *p, uint64_t v) {
         for (int i = 7; i >= 0; i--) {

@@ -60,42 +60,39 @@ static int maybe_commit(ntfs_store *st) {
         return store_fresh_txn(st);
 }
 
+struct written_chunk {
+        uint64_t idx;
+        struct chunk_rec cr;
+};
+struct written {
+        struct written_chunk *c;
+        size_t n, cap;
+};
+
+static int collect_written(uint64_t ino, uint64_t idx, const struct chunk_rec *cr, void *ud) {
+        (void)ino;
+        struct written *w = ud;
+        if (NTFS_ROOM_FOR(w->c, w->cap, w->n) < 0)
+                return -ENOMEM;
+        w->c[w->n++] = (struct written_chunk){ idx, *cr };
+        return 0;
+}
+
 static int serialize_file(ntfs_store *st, uint64_t wsid, uint64_t ino, struct ino_rec *rec) {
         uint64_t n = (rec->size + NTFS_CHUNK_SIZE - 1) / NTFS_CHUNK_SIZE;
         if (n > UINT32_MAX)
                 return -EFBIG;
-        /* which chunks were written? */
-        uint8_t k0[16];
-        key2(k0, wsid, ino);
-        uint64_t *idx = NULL;
-        size_t nidx = 0, cap = 0;
-        MDB_cursor *cur;
-        int rc = mdb_cursor_open(st->txn, st->chunk, &cur);
-        if (rc)
-                return lmdb_err(rc);
-        MDB_val k = { 16, k0 }, v;
-        for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-             rc == 0 && k.mv_size == 24 && memcmp(k.mv_data, k0, 16) == 0;
-             rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-                if (nidx == cap) {
-                        cap = cap ? cap * 2 : 16;
-                        uint64_t *ni = realloc(idx, cap * sizeof *ni);
-                        if (!ni) {
-                                free(idx);
-                                mdb_cursor_close(cur);
-                                return -ENOMEM;
-                        }
-                        idx = ni;
-                }
-                idx[nidx++] = ntfs_get_be64((const uint8_t *)k.mv_data + 16);
-        }
-        mdb_cursor_close(cur);
-        _cleanup_free_ uint64_t *idx_owned = idx;
+        /* which chunks were written, and where they are */
+        struct written w = { 0 };
+        int r = chunk_recs_each(st, wsid, ino, collect_written, &w);
+        _cleanup_free_ struct written_chunk *wc = w.c;
+        size_t nidx = w.n;
+        if (r < 0)
+                return r;
 
         /* the base chunk list */
         struct file_view base = { 0 };
         MDB_val bv;
-        int r = 0;
         if (!ntfs_hash_is_zero(&rec->base)) {
                 if ((r = obj_get_typed(st, &rec->base, OBJ_FILE, &bv)) < 0)
                         return r;
@@ -118,17 +115,15 @@ static int serialize_file(ntfs_store *st, uint64_t wsid, uint64_t ino, struct in
         if (keep)
                 memcpy(obj + 13, base.hashes, (size_t)keep * NTFS_HASH_LEN);
         for (size_t i = 0; i < nidx; i++) {
-                if (idx[i] >= n)
+                uint64_t idx = wc[i].idx;
+                if (idx >= n)
                         continue;
-                struct chunk_rec cr;
-                if ((r = chunk_rec_get(st, wsid, ino, idx[i], &cr)) < 0)
-                        return r;
-                size_t len = cr.len;
+                size_t len = wc[i].cr.len;
                 /* a chunk's stored length never exceeds the file's size */
-                uint64_t room = rec->size - idx[i] * NTFS_CHUNK_SIZE;
+                uint64_t room = rec->size - idx * NTFS_CHUNK_SIZE;
                 if (len > room)
                         len = (size_t)room;
-                const uint8_t *data = wsdata_map(st, wsid, &cr, &r);
+                const uint8_t *data = wsdata_map(st, wsid, &wc[i].cr, &r);
                 if (!data)
                         return r;
                 ntfs_hash h = { 0 };
@@ -139,7 +134,7 @@ static int serialize_file(ntfs_store *st, uint64_t wsid, uint64_t ino, struct in
                         if ((r = obj_put(st, blob, len + 1, &h)) < 0)
                                 return r;
                 }
-                memcpy(obj + 13 + idx[i] * NTFS_HASH_LEN, h.b, NTFS_HASH_LEN);
+                memcpy(obj + 13 + idx * NTFS_HASH_LEN, h.b, NTFS_HASH_LEN);
         }
         /* stored bytes (st_blocks): every non-hole chunk, the last one partial */
         uint64_t stored = 0;

@@ -236,6 +236,11 @@ struct chunk_rec {
 };
 int chunk_rec_get(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, struct chunk_rec *ret);
 int chunk_rec_put(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, const struct chunk_rec *cr);
+/* Calls fn(ino, chunk index, record, ud) for each chunk record of a working
+ * state, in key order: of one inode, or of all when ino is 0. A negative
+ * return from fn stops the walk and is returned. */
+int chunk_recs_each(ntfs_store *st, uint64_t wsid, uint64_t ino,
+                    int (*fn)(uint64_t ino, uint64_t idx, const struct chunk_rec *cr, void *ud), void *ud);
 /* A new slot (creates the data file on first use). */
 int wsdata_alloc(ntfs_store *st, uint64_t wsid, uint64_t *ret);
 /* Writes len bytes at byte in of a slot; buf NULL writes zeros. */

@@ -109,19 +109,31 @@ int chunk_rec_put(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, con
         return db_put(st, st->chunk, k, 24, v, sizeof v);
 }
 
-/* Makes room for element n of a growing array (doubling from 64). */
-static int room_for(void **arr, size_t *cap, size_t n, size_t elem) {
-        if (n < *cap)
-                return 0;
-        size_t nc = *cap ? *cap * 2 : 64;
-        void *p = realloc(*arr, nc * elem);
-        if (!p)
-                return -ENOMEM;
-        *arr = p;
-        *cap = nc;
-        return 0;
+int chunk_recs_each(ntfs_store *st, uint64_t wsid, uint64_t ino,
+                    int (*fn)(uint64_t ino, uint64_t idx, const struct chunk_rec *cr, void *ud), void *ud) {
+        uint8_t k0[16];
+        ntfs_put_be64(k0, wsid);
+        ntfs_put_be64(k0 + 8, ino);
+        size_t plen = ino ? 16 : 8;
+        MDB_cursor *cur;
+        int rc = mdb_cursor_open(st->txn, st->chunk, &cur);
+        if (rc)
+                return lmdb_err(rc);
+        int r = 0;
+        MDB_val k = { plen, k0 }, v;
+        for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+             rc == 0 && k.mv_size == 24 && memcmp(k.mv_data, k0, plen) == 0;
+             rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+                const uint8_t *kp = k.mv_data;
+                struct chunk_rec cr;
+                if ((r = decode_rec(&v, &cr)) < 0 || (r = fn(ntfs_get_be64(kp + 8), ntfs_get_be64(kp + 16), &cr, ud)) < 0)
+                        break;
+        }
+        mdb_cursor_close(cur);
+        if (r == 0 && rc && rc != MDB_NOTFOUND)
+                r = lmdb_err(rc);
+        return r;
 }
-#define ROOM_FOR(arr, cap, n) room_for((void **)&(arr), &(cap), (n), sizeof *(arr))
 
 static int data_path(ntfs_store *st, uint64_t wsid, char *buf, size_t len) {
         int n = wsid == UINT64_MAX ? snprintf(buf, len, "%s/wsdata", st->dir)
@@ -130,7 +142,7 @@ static int data_path(ntfs_store *st, uint64_t wsid, char *buf, size_t len) {
 }
 
 static int queue_job(ntfs_store *st, uint64_t wsid, uint64_t slot) {
-        if (ROOM_FOR(st->jobs, st->jobs_cap, st->njobs) < 0)
+        if (NTFS_ROOM_FOR(st->jobs, st->jobs_cap, st->njobs) < 0)
                 return -ENOMEM;
         st->jobs[st->njobs++] = (struct wsdata_job){ wsid, slot };
         return 0;
@@ -146,7 +158,7 @@ static int free_push(struct wsdata *w, uint64_t start, uint64_t count) {
                 w->free[w->nfree - 1].count += count;
                 return 0;
         }
-        if (ROOM_FOR(w->free, w->free_cap, w->nfree) < 0)
+        if (NTFS_ROOM_FOR(w->free, w->free_cap, w->nfree) < 0)
                 return -ENOMEM;
         w->free[w->nfree++] = (struct slot_range){ start, count };
         return 0;
@@ -184,31 +196,26 @@ static size_t punch_ranges(int fd, struct slot_range *r, size_t n) {
  * other slot below the highest is free (freed by a batch whose queue a crash
  * cut off, or written by one that never committed), and its space is given
  * back by the flusher (wsdata_trim). */
+struct slot_list {
+        uint64_t *slots;
+        size_t n, cap;
+};
+
+static int collect_slot(uint64_t ino, uint64_t idx, const struct chunk_rec *cr, void *ud) {
+        (void)ino;
+        (void)idx;
+        struct slot_list *l = ud;
+        if (NTFS_ROOM_FOR(l->slots, l->cap, l->n) < 0)
+                return -ENOMEM;
+        l->slots[l->n++] = cr->slot;
+        return 0;
+}
+
 static int scan_slots(ntfs_store *st, struct wsdata *w) {
-        uint64_t *slots = NULL;
-        size_t n = 0, cap = 0;
-        MDB_cursor *cur;
-        int rc = mdb_cursor_open(st->txn, st->chunk, &cur);
-        if (rc)
-                return lmdb_err(rc);
-        uint8_t k0[8];
-        ntfs_put_be64(k0, w->wsid);
-        MDB_val k = { 8, k0 }, v;
-        int r = 0;
-        for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-             rc == 0 && k.mv_size == 24 && memcmp(k.mv_data, k0, 8) == 0;
-             rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-                struct chunk_rec cr;
-                if ((r = decode_rec(&v, &cr)) < 0)
-                        break;
-                if ((r = ROOM_FOR(slots, cap, n)) < 0)
-                        break;
-                slots[n++] = cr.slot;
-        }
-        mdb_cursor_close(cur);
-        _cleanup_free_ uint64_t *owned = slots;
-        if (r == 0 && rc && rc != MDB_NOTFOUND)
-                r = lmdb_err(rc);
+        struct slot_list l = { 0 };
+        int r = chunk_recs_each(st, w->wsid, 0, collect_slot, &l);
+        _cleanup_free_ uint64_t *slots = l.slots;
+        size_t n = l.n;
         if (r < 0)
                 return r;
         if (n)
@@ -237,15 +244,22 @@ static int scan_slots(ntfs_store *st, struct wsdata *w) {
         return 0;
 }
 
+static struct wsdata *find_entry(ntfs_store *st, uint64_t wsid, size_t *ret_i) {
+        for (size_t i = 0; i < st->nwsd; i++)
+                if (st->wsd[i].wsid == wsid) {
+                        *ret_i = i;
+                        return &st->wsd[i];
+                }
+        return NULL;
+}
+
 /* The working state's data file; created when create is set, else
  * -ENOENT when the working state has none. Lock held. */
 static int wsdata_get(ntfs_store *st, uint64_t wsid, bool create, struct wsdata **ret) {
-        for (size_t i = 0; i < st->nwsd; i++)
-                if (st->wsd[i].wsid == wsid) {
-                        *ret = &st->wsd[i];
-                        return 0;
-                }
-        if (ROOM_FOR(st->wsd, st->wsd_cap, st->nwsd) < 0)
+        size_t i;
+        if ((*ret = find_entry(st, wsid, &i)))
+                return 0;
+        if (NTFS_ROOM_FOR(st->wsd, st->wsd_cap, st->nwsd) < 0)
                 return -ENOMEM;
         char path[PATH_MAX];
         int r = data_path(st, UINT64_MAX, path, sizeof path);
@@ -449,15 +463,6 @@ static void drop_entry(ntfs_store *st, size_t i) {
         st->wsd[i] = st->wsd[--st->nwsd];
 }
 
-static struct wsdata *find_entry(ntfs_store *st, uint64_t wsid, size_t *ret_i) {
-        for (size_t i = 0; i < st->nwsd; i++)
-                if (st->wsd[i].wsid == wsid) {
-                        *ret_i = i;
-                        return &st->wsd[i];
-                }
-        return NULL;
-}
-
 /* Free slots are kept for reuse; their space goes back to the file system
  * (wsdata_trim) when a working state has none in use, or when this many
  * were freed since the last time. Hole punches wait for the disk's discard
@@ -651,7 +656,7 @@ int wsdata_check(ntfs_store *st, void (*cb)(const char *problem, void *), void *
                         continue;
                 }
                 wsid = kw;
-                if ((r = ROOM_FOR(slots, cap, n)) < 0)
+                if ((r = NTFS_ROOM_FOR(slots, cap, n)) < 0)
                         break;
                 slots[n++] = cr.slot;
                 wend = NTFS_MAX(wend, cr.slot * SLOT_BYTES + cr.len);

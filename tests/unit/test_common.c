@@ -68,6 +68,26 @@ TEST(parse_u64) {
         ASSERT_ERR(ntfs_parse_u64("", 100, &v), -EINVAL);
 }
 
+TEST(room_for) {
+        uint64_t *a = NULL;
+        size_t cap = 0;
+        for (size_t n = 0; n < 1000; n++) {
+                ASSERT_OK(NTFS_ROOM_FOR(a, cap, n));
+                ASSERT(cap > n);
+                a[n] = n * 3;
+        }
+        ASSERT_EQ(cap, 1024); /* 64 doubled */
+        for (size_t n = 0; n < 1000; n++)
+                ASSERT_EQ(a[n], n * 3);
+        uint64_t *before = a;
+        ASSERT_OK(NTFS_ROOM_FOR(a, cap, 1023)); /* room already: nothing moves */
+        ASSERT(a == before);
+        size_t huge = SIZE_MAX / 4;
+        ASSERT_ERR(ntfs_room_for((void **)&a, &huge, huge, 8), -ENOMEM); /* would overflow */
+        ASSERT(a == before);
+        free(a);
+}
+
 TEST(errcodes) {
         ASSERT_STREQ(ntfs_errcode(-NTFS_ENOSESSION), "session_not_found");
         ASSERT_EQ(ntfs_http_status(-NTFS_ENOSESSION), 404);
@@ -80,6 +100,7 @@ int main(void) {
         RUN(hex_roundtrip);
         RUN(durable_write);
         RUN(parse_u64);
+        RUN(room_for);
         RUN(errcodes);
         return tap_done();
 }
