@@ -123,7 +123,11 @@ static int serialize_file(ntfs_store *st, uint64_t wsid, uint64_t ino, struct in
                 uint64_t room = rec->size - idx * NTFS_CHUNK_SIZE;
                 if (len > room)
                         len = (size_t)room;
-                const uint8_t *data = wsdata_map(st, wsid, &wc[i].cr, &r);
+                /* an inline chunk's bytes are in its record: looked up
+                 * again, since obj_put may have moved it since the walk */
+                if (wc[i].cr.inl && (r = chunk_rec_get(st, wsid, ino, idx, &wc[i].cr)) < 0)
+                        return r;
+                const uint8_t *data = chunk_data(st, wsid, &wc[i].cr, &r);
                 if (!data)
                         return r;
                 ntfs_hash h = { 0 };

@@ -12,10 +12,11 @@
 
 /* The object encoding's version (inside every commit object). */
 #define NTFS_FORMAT_VERSION 1
-/* The store's layout (meta "format"). 2: chunk records name slots of the
- * working data files (wsdata.c); in 1 they held the bytes. A layout-1 store
- * with no chunk record is upgraded when opened. */
-#define NTFS_STORE_LAYOUT 2
+/* The store's layout (meta "format"). 3: a chunk record holds a short chunk
+ * inline or names a slot of the working data files (wsdata.c); in 2 it only
+ * named slots, in 1 it held the bytes. Layout 2, and layout 1 with no chunk
+ * record, are upgraded when opened (both are valid layout 3). */
+#define NTFS_STORE_LAYOUT 3
 
 /* Object types: first byte of every value in the obj database. */
 enum {
@@ -227,27 +228,36 @@ int wsid_retire(ntfs_store *st, uint64_t wsid);
 int wsid_reclaim_all(ntfs_store *st, uint64_t *ret_count);
 
 /* wsdata.c: the working data files. A chunk record (value of the chunk db,
- * key wsid, ino, chunk index) names the 64 KiB slot that holds the chunk's
- * bytes in the working state's data file, and how many are stored (the rest
- * read as zeros). Lock held for all of these. */
+ * key wsid, ino, chunk index) holds a chunk written since the base: a short
+ * one inline, its bytes in the record itself; any other in a 64 KiB slot of
+ * the working state's data file, the record naming the slot and how many
+ * bytes are stored (the rest read as zeros). Lock held for all of these. */
+#define CHUNK_INLINE_MAX 1984 /* bytes: the record stays inside an LMDB leaf page */
 struct chunk_rec {
-        uint64_t slot;
-        uint32_t len;
+        uint64_t slot;      /* unless inline */
+        uint32_t len;       /* bytes stored */
+        const uint8_t *inl; /* inline: its bytes, in the record (valid until the next change in this txn) */
 };
 int chunk_rec_get(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, struct chunk_rec *ret);
-int chunk_rec_put(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, const struct chunk_rec *cr);
 /* Calls fn(ino, chunk index, record, ud) for each chunk record of a working
  * state, in key order: of one inode, or of all when ino is 0. A negative
  * return from fn stops the walk and is returned. */
 int chunk_recs_each(ntfs_store *st, uint64_t wsid, uint64_t ino,
                     int (*fn)(uint64_t ino, uint64_t idx, const struct chunk_rec *cr, void *ud), void *ud);
-/* A new slot (creates the data file on first use). */
-int wsdata_alloc(ntfs_store *st, uint64_t wsid, uint64_t *ret);
-/* Writes len bytes at byte in of a slot; buf NULL writes zeros. */
-int wsdata_pwrite(ntfs_store *st, uint64_t wsid, uint64_t slot, size_t in, const void *buf, size_t len);
-/* The stored bytes of a chunk, read-only in the data file's mapping: valid
- * until the lock is released. NULL with *err set on failure. */
-const uint8_t *wsdata_map(ntfs_store *st, uint64_t wsid, const struct chunk_rec *cr, int *err);
+/* A chunk that had no record gets one storing bytes [0, len) of data
+ * (inline when len <= CHUNK_INLINE_MAX, else in a new slot). */
+int chunk_store(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, const uint8_t *data, size_t len);
+/* Writes n bytes of buf at byte in of the chunk cr describes; bytes between
+ * its stored length and in become zeros. In place in its slot; an inline
+ * chunk that grows past CHUNK_INLINE_MAX moves to a slot. */
+int chunk_update(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, const struct chunk_rec *cr,
+                 const uint8_t *buf, size_t in, size_t n);
+/* The chunk keeps only its first len (< cr->len) bytes. */
+int chunk_shorten(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, const struct chunk_rec *cr, size_t len);
+/* The stored bytes of a chunk: in its record, or read-only in the data
+ * file's mapping (valid until the next change in this transaction, or until
+ * the lock is released). NULL with *err set on failure. */
+const uint8_t *chunk_data(ntfs_store *st, uint64_t wsid, const struct chunk_rec *cr, int *err);
 /* Unmaps mappings that a bigger one replaced (store_leave, lock held). */
 void wsdata_leave(ntfs_store *st);
 /* Deletes a file's chunk records from index from on; their slots are freed
@@ -271,8 +281,9 @@ void wsdata_aborted(ntfs_store *st);
 /* At open: removes data files whose working state names no chunk. */
 int wsdata_sweep(ntfs_store *st);
 void wsdata_close_all(ntfs_store *st);
-/* fsck: every chunk record decodes, names a slot inside its data file, and
- * no two name the same slot. cb gets one line per problem. */
+/* fsck: every chunk record decodes (an inline one holds exactly its
+ * length), a slot record names a slot inside its data file, and no two name
+ * the same slot. cb gets one line per problem. */
 int wsdata_check(ntfs_store *st, void (*cb)(const char *problem, void *), void *ud, uint64_t *ret_problems);
 
 /* ws.c */

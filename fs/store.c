@@ -464,6 +464,11 @@ static int open_dbs(ntfs_store *st) {
         if (v.mv_size != 4)
                 return -NTFS_EBADFORMAT;
         memcpy(&f, v.mv_data, 4);
+        if (f == 2) {
+                /* every layout-2 chunk record (a slot's) reads the same in 3 */
+                f = NTFS_STORE_LAYOUT;
+                return db_put(st, st->meta, "format", 6, &f, 4);
+        }
         if (f == 1) {
                 /* Version 1 kept chunk bytes in the chunk db; with none
                  * there the layouts agree. */

@@ -607,11 +607,12 @@ static size_t chunk_len_in(uint64_t size, uint64_t idx) {
         return n > NTFS_CHUNK_SIZE ? NTFS_CHUNK_SIZE : (size_t)n;
 }
 
-/* Where chunk idx of a file is: in the working data file (when the chunk
- * was written since the base) or in the base content. data points at its
- * bytes in the data file's mapping or the store's map (valid until the next
- * change in this transaction, or until the lock is released); bytes past len
- * read as zeros, and len == 0 is an all-zero (sparse) chunk. */
+/* Where chunk idx of a file is: in its chunk record or the working data
+ * file (when the chunk was written since the base) or in the base content.
+ * data points at its bytes in the store's map or the data file's mapping
+ * (valid until the next change in this transaction, or until the lock is
+ * released); bytes past len read as zeros, and len == 0 is an all-zero
+ * (sparse) chunk. */
 struct chunk_src {
         const uint8_t *data;
         size_t len;
@@ -650,7 +651,7 @@ static int chunk_src(struct ctx *c, uint64_t ino, const struct ino_rec *rec, uin
         int r = chunk_rec_get(c->st, c->wsid, ino, idx, &cr);
         if (r == 0) {
                 s->len = cr.len;
-                s->data = wsdata_map(c->st, c->wsid, &cr, &r);
+                s->data = chunk_data(c->st, c->wsid, &cr, &r);
                 return s->data ? 0 : r;
         }
         return r == -ENOENT ? base_ref(c, rec, idx, s) : r;
@@ -664,9 +665,9 @@ static void src_copy(const struct chunk_src *s, size_t in, uint8_t *buf, size_t 
         memset(buf + have, 0, len - have);
 }
 
-/* Gives chunk idx of a file, which has no slot yet, stored bytes [0, len)
- * in a new slot of the working data file: its base bytes up to len, with
- * buf's n bytes at in (buf NULL: the base bytes only). */
+/* Gives chunk idx of a file, which has no chunk record yet, stored bytes
+ * [0, len): its base bytes up to len, with buf's n bytes at in (buf NULL:
+ * the base bytes only). */
 static int chunk_materialize(struct ctx *c, uint64_t ino, const struct ino_rec *rec, uint64_t idx, size_t len,
                              const uint8_t *buf, size_t in, size_t n) {
         bool whole = buf && in == 0 && n >= len; /* no byte of the base survives */
@@ -677,42 +678,27 @@ static int chunk_materialize(struct ctx *c, uint64_t ino, const struct ino_rec *
                 return r;
         if (!buf && s.len == 0)
                 return 0; /* nothing stored: it reads as zeros already */
-        struct chunk_rec cr = { 0, (uint32_t)len };
-        if ((r = wsdata_alloc(c->st, c->wsid, &cr.slot)) < 0)
-                return r;
-        if (whole) {
-                r = wsdata_pwrite(c->st, c->wsid, cr.slot, 0, buf, len);
-        } else {
-                _cleanup_free_ uint8_t *cb = malloc(NTFS_CHUNK_SIZE);
-                if (!cb)
-                        return -ENOMEM;
-                src_copy(&s, 0, cb, len);
-                if (buf)
-                        memcpy(cb + in, buf, n);
-                r = wsdata_pwrite(c->st, c->wsid, cr.slot, 0, cb, len);
-        }
-        return r < 0 ? r : chunk_rec_put(c->st, c->wsid, ino, idx, &cr);
+        if (whole)
+                return chunk_store(c->st, c->wsid, ino, idx, buf, len);
+        _cleanup_free_ uint8_t *cb = malloc(NTFS_CHUNK_SIZE);
+        if (!cb)
+                return -ENOMEM;
+        src_copy(&s, 0, cb, len);
+        if (buf)
+                memcpy(cb + in, buf, n);
+        return chunk_store(c->st, c->wsid, ino, idx, cb, len);
 }
 
 /* Writes n bytes at byte in of chunk idx, whose length in a file of size
- * newsize is clen: in place when the chunk has a slot (zeroing any gap past
- * its stored bytes first), else into a new one. */
+ * newsize is clen: into its chunk record or slot when it has one (zeroing
+ * any gap past its stored bytes), else into a new one. */
 static int chunk_write(struct ctx *c, uint64_t ino, const struct ino_rec *rec, uint64_t idx, size_t clen,
                        const uint8_t *buf, size_t in, size_t n) {
         struct chunk_rec cr;
         int r = chunk_rec_get(c->st, c->wsid, ino, idx, &cr);
         if (r == -ENOENT)
                 return chunk_materialize(c, ino, rec, idx, NTFS_MAX(clen, in + n), buf, in, n);
-        if (r < 0)
-                return r;
-        if (in > cr.len && (r = wsdata_pwrite(c->st, c->wsid, cr.slot, cr.len, NULL, in - cr.len)) < 0)
-                return r;
-        if ((r = wsdata_pwrite(c->st, c->wsid, cr.slot, in, buf, n)) < 0)
-                return r;
-        if (in + n <= cr.len)
-                return 0;
-        cr.len = (uint32_t)(in + n);
-        return chunk_rec_put(c->st, c->wsid, ino, idx, &cr);
+        return r < 0 ? r : chunk_update(c->st, c->wsid, ino, idx, &cr, buf, in, n);
 }
 
 static int check_space(struct ctx *c) {
@@ -761,9 +747,8 @@ static int do_truncate(struct ctx *c, uint64_t ino, struct ino_rec *rec, uint64_
                         size_t len = size % NTFS_CHUNK_SIZE;
                         struct chunk_rec cr;
                         r = chunk_rec_get(c->st, c->wsid, ino, idx, &cr);
-                        if (r == 0 && cr.len > len) {
-                                cr.len = (uint32_t)len;
-                                r = chunk_rec_put(c->st, c->wsid, ino, idx, &cr);
+                        if (r == 0) {
+                                r = chunk_shorten(c->st, c->wsid, ino, idx, &cr, len);
                         } else if (r == -ENOENT) {
                                 r = chunk_materialize(c, ino, rec, idx, len, NULL, 0, 0);
                         }

@@ -7,8 +7,15 @@
  * stored; bytes past that read as zeros. A write lands in its slot with one
  * pwrite, in place when the slot exists; only a new chunk or a longer one
  * touches LMDB. Reads map the file and point into the mapping. Checkpoints
- * hash slots into content-addressed blobs and free them. The ordering rules
- * (docs/store.md, "Working data files"):
+ * hash slots into content-addressed blobs and free them.
+ *
+ * A chunk of at most CHUNK_INLINE_MAX bytes (a small file) is kept inline,
+ * in its record, until it grows past that: a slot would cost it a page of
+ * the file, a block and an extent of its own, and a pwrite (docs/store.md,
+ * "Inline chunks"). Inline chunks are plain LMDB data, in the batch like
+ * every other record; the rules below are about slots.
+ *
+ * The ordering rules (docs/store.md, "Working data files"):
  *
  *  1. A slot's bytes reach the disk before a batch that points at it
  *     commits: store_commit_locked() calls wsdata_presync() first.
@@ -47,7 +54,10 @@
 #include "common/banned.h"
 
 #define SLOT_BYTES ((uint64_t)NTFS_CHUNK_SIZE)
-#define CHUNK_REC_LEN 16 /* u64 slot, u32 len, u32 zero (all big-endian) */
+/* u64 slot, u32 len, u32 flags (all big-endian); inline: slot 0, flags
+ * REC_INLINE, and the len bytes follow */
+#define CHUNK_REC_LEN 16
+#define REC_INLINE 1u
 
 struct slot_range {
         uint64_t start, count;
@@ -84,11 +94,20 @@ static void chunk_key(uint8_t k[24], uint64_t wsid, uint64_t ino, uint64_t idx) 
 
 static int decode_rec(const MDB_val *v, struct chunk_rec *ret) {
         const uint8_t *p = v->mv_data;
-        if (v->mv_size != CHUNK_REC_LEN)
+        if (v->mv_size < CHUNK_REC_LEN)
                 return -NTFS_ECORRUPT;
         ret->slot = ntfs_get_be64(p);
         ret->len = ntfs_get_be32(p + 8);
-        if (ret->len > NTFS_CHUNK_SIZE || ret->slot >= (UINT64_MAX / SLOT_BYTES))
+        uint32_t flags = ntfs_get_be32(p + 12);
+        ret->inl = NULL;
+        if (flags == REC_INLINE) {
+                if (ret->slot || ret->len > CHUNK_INLINE_MAX || v->mv_size != CHUNK_REC_LEN + ret->len)
+                        return -NTFS_ECORRUPT;
+                ret->inl = p + CHUNK_REC_LEN;
+                return 0;
+        }
+        if (flags || v->mv_size != CHUNK_REC_LEN || ret->len > NTFS_CHUNK_SIZE ||
+            ret->slot >= (UINT64_MAX / SLOT_BYTES))
                 return -NTFS_ECORRUPT;
         return 0;
 }
@@ -101,12 +120,36 @@ int chunk_rec_get(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, str
         return r < 0 ? r : decode_rec(&v, ret);
 }
 
-int chunk_rec_put(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, const struct chunk_rec *cr) {
+/* A record naming a slot. */
+static int slot_rec_put(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, uint64_t slot, size_t len) {
         uint8_t k[24], v[CHUNK_REC_LEN] = { 0 };
         chunk_key(k, wsid, ino, idx);
-        ntfs_put_be64(v, cr->slot);
-        ntfs_put_be32(v + 8, cr->len);
+        ntfs_put_be64(v, slot);
+        ntfs_put_be32(v + 8, (uint32_t)len);
         return db_put(st, st->chunk, k, 24, v, sizeof v);
+}
+
+/* An inline record of bytes [0, len) of data, then [in, in + n) of buf
+ * over them, with zeros between (len <= in + n ? the gap : nothing). data
+ * and buf may point into the chunk db (the bytes are copied before the put). */
+static int inline_rec_put(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, const uint8_t *data,
+                          size_t len, const uint8_t *buf, size_t in, size_t n) {
+        size_t total = NTFS_MAX(len, in + n);
+        if (total > CHUNK_INLINE_MAX)
+                return -EINVAL;
+        uint8_t k[24], v[CHUNK_REC_LEN + CHUNK_INLINE_MAX];
+        chunk_key(k, wsid, ino, idx);
+        ntfs_put_be64(v, 0);
+        ntfs_put_be32(v + 8, (uint32_t)total);
+        ntfs_put_be32(v + 12, REC_INLINE);
+        uint8_t *b = v + CHUNK_REC_LEN;
+        if (len)
+                memcpy(b, data, len);
+        if (in > len)
+                memset(b + len, 0, in - len);
+        if (n)
+                memcpy(b + in, buf, n);
+        return db_put(st, st->chunk, k, 24, v, CHUNK_REC_LEN + total);
 }
 
 int chunk_recs_each(ntfs_store *st, uint64_t wsid, uint64_t ino,
@@ -205,6 +248,8 @@ static int collect_slot(uint64_t ino, uint64_t idx, const struct chunk_rec *cr, 
         (void)ino;
         (void)idx;
         struct slot_list *l = ud;
+        if (cr->inl)
+                return 0;
         if (NTFS_ROOM_FOR(l->slots, l->cap, l->n) < 0)
                 return -ENOMEM;
         l->slots[l->n++] = cr->slot;
@@ -284,7 +329,8 @@ static int wsdata_get(ntfs_store *st, uint64_t wsid, bool create, struct wsdata 
         return 0;
 }
 
-int wsdata_alloc(ntfs_store *st, uint64_t wsid, uint64_t *ret) {
+/* A new slot (creates the data file on first use). */
+static int wsdata_alloc(ntfs_store *st, uint64_t wsid, uint64_t *ret) {
         struct wsdata *w;
         int r = wsdata_get(st, wsid, true, &w);
         if (r < 0)
@@ -304,7 +350,8 @@ int wsdata_alloc(ntfs_store *st, uint64_t wsid, uint64_t *ret) {
         return 0;
 }
 
-int wsdata_pwrite(ntfs_store *st, uint64_t wsid, uint64_t slot, size_t in, const void *buf, size_t len) {
+/* Writes len bytes at byte in of a slot; buf NULL writes zeros. */
+static int wsdata_pwrite(ntfs_store *st, uint64_t wsid, uint64_t slot, size_t in, const void *buf, size_t len) {
         if (in > NTFS_CHUNK_SIZE || len > SLOT_BYTES * 1024 || slot >= UINT64_MAX / SLOT_BYTES - 1024)
                 return -EINVAL;
         struct wsdata *w;
@@ -336,7 +383,7 @@ int wsdata_pwrite(ntfs_store *st, uint64_t wsid, uint64_t slot, size_t in, const
         return 0;
 }
 
-const uint8_t *wsdata_map(ntfs_store *st, uint64_t wsid, const struct chunk_rec *cr, int *err) {
+static const uint8_t *wsdata_map(ntfs_store *st, uint64_t wsid, const struct chunk_rec *cr, int *err) {
         struct wsdata *w;
         int r = wsdata_get(st, wsid, false, &w);
         if (r == -ENOENT)
@@ -369,6 +416,63 @@ const uint8_t *wsdata_map(ntfs_store *st, uint64_t wsid, const struct chunk_rec 
         return w->map + cr->slot * SLOT_BYTES;
 }
 
+const uint8_t *chunk_data(ntfs_store *st, uint64_t wsid, const struct chunk_rec *cr, int *err) {
+        return cr->inl ? cr->inl : wsdata_map(st, wsid, cr, err);
+}
+
+/* A new slot for a chunk: bytes [0, len) of data, then n bytes of buf at
+ * in, zeros between; the record names it. */
+static int slot_store(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, const uint8_t *data, size_t len,
+                      const uint8_t *buf, size_t in, size_t n) {
+        uint64_t slot;
+        int r = wsdata_alloc(st, wsid, &slot);
+        if (r == 0 && len)
+                r = wsdata_pwrite(st, wsid, slot, 0, data, len);
+        if (r == 0 && in > len)
+                r = wsdata_pwrite(st, wsid, slot, len, NULL, in - len);
+        if (r == 0 && n)
+                r = wsdata_pwrite(st, wsid, slot, in, buf, n);
+        return r < 0 ? r : slot_rec_put(st, wsid, ino, idx, slot, NTFS_MAX(len, in + n));
+}
+
+int chunk_store(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, const uint8_t *data, size_t len) {
+        if (len > NTFS_CHUNK_SIZE)
+                return -EINVAL;
+        if (len <= CHUNK_INLINE_MAX)
+                return inline_rec_put(st, wsid, ino, idx, data, len, NULL, 0, 0);
+        return slot_store(st, wsid, ino, idx, data, len, NULL, 0, 0);
+}
+
+int chunk_update(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, const struct chunk_rec *cr,
+                 const uint8_t *buf, size_t in, size_t n) {
+        if (in > NTFS_CHUNK_SIZE || n > NTFS_CHUNK_SIZE - in)
+                return -EINVAL;
+        if (cr->inl) {
+                if (NTFS_MAX(cr->len, in + n) <= CHUNK_INLINE_MAX)
+                        return inline_rec_put(st, wsid, ino, idx, cr->inl, cr->len, buf, in, n);
+                /* grown past the inline limit: the bytes move to a slot (the
+                 * record is replaced only after they are written, so cr->inl
+                 * stays valid meanwhile) */
+                return slot_store(st, wsid, ino, idx, cr->inl, cr->len, buf, in, n);
+        }
+        int r = 0;
+        if (in > cr->len && (r = wsdata_pwrite(st, wsid, cr->slot, cr->len, NULL, in - cr->len)) < 0)
+                return r;
+        if ((r = wsdata_pwrite(st, wsid, cr->slot, in, buf, n)) < 0)
+                return r;
+        if (in + n <= cr->len)
+                return 0;
+        return slot_rec_put(st, wsid, ino, idx, cr->slot, in + n);
+}
+
+int chunk_shorten(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, const struct chunk_rec *cr, size_t len) {
+        if (len >= cr->len)
+                return 0;
+        if (cr->inl)
+                return inline_rec_put(st, wsid, ino, idx, cr->inl, len, NULL, 0, 0);
+        return slot_rec_put(st, wsid, ino, idx, cr->slot, len);
+}
+
 void wsdata_leave(ntfs_store *st) {
         while (st->noldmaps) {
                 struct wsdata_oldmap *m = &st->oldmaps[--st->noldmaps];
@@ -377,14 +481,12 @@ void wsdata_leave(ntfs_store *st) {
 }
 
 int chunks_drop(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t from) {
-        /* The file is opened (and its slots learnt) before any record goes:
-         * a scan after the deletes would hand the freed slots out again
-         * while their frees are still queued. */
-        struct wsdata *w;
-        int r = wsdata_get(st, wsid, false, &w);
-        if (r < 0 && r != -ENOENT) /* ENOENT: no file, so any record is stale */
-                return r;
-        r = 0;
+        /* The file is opened (and its slots learnt) before the first slot
+         * record goes: a scan after the deletes would hand the freed slots
+         * out again while their frees are still queued. Inline records need
+         * no file, so a file with none is not looked for. */
+        bool opened = false;
+        int r = 0;
         uint8_t k0[24];
         chunk_key(k0, wsid, ino, from);
         MDB_cursor *cur;
@@ -396,7 +498,18 @@ int chunks_drop(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t from) {
              rc == 0 && k.mv_size == 24 && memcmp(k.mv_data, k0, 16) == 0;
              rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE)) {
                 struct chunk_rec cr;
-                if ((r = decode_rec(&v, &cr)) < 0 || (r = queue_job(st, wsid, cr.slot)) < 0)
+                if ((r = decode_rec(&v, &cr)) < 0)
+                        break;
+                if (!cr.inl && !opened) {
+                        struct wsdata *w;
+                        r = wsdata_get(st, wsid, false, &w);
+                        if (r == -ENOENT)
+                                r = 0; /* no file: no slot can be handed out (fsck reports the record) */
+                        if (r < 0)
+                                break;
+                        opened = true;
+                }
+                if (!cr.inl && (r = queue_job(st, wsid, cr.slot)) < 0)
                         break;
                 if ((rc = mdb_cursor_del(cur, 0)) != 0)
                         break;
@@ -590,8 +703,8 @@ int wsdata_sweep(ntfs_store *st) {
         return r;
 }
 
-/* fsck of one working state's records: slots are distinct and inside the
- * data file. */
+/* fsck of one working state's slot records: slots are distinct and inside
+ * the data file. */
 static uint64_t check_ws(ntfs_store *st, uint64_t wsid, uint64_t *slots, size_t n, uint64_t end,
                          void (*cb)(const char *, void *), void *ud) {
         char line[160];
@@ -656,6 +769,8 @@ int wsdata_check(ntfs_store *st, void (*cb)(const char *problem, void *), void *
                         continue;
                 }
                 wsid = kw;
+                if (cr.inl)
+                        continue; /* decoded, so its bytes are all there */
                 if ((r = NTFS_ROOM_FOR(slots, cap, n)) < 0)
                         break;
                 slots[n++] = cr.slot;

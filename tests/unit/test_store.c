@@ -24,6 +24,7 @@
 #include "common/err.h"
 #include "common/fault.h"
 #include "fs/store.h"
+#include "fs/store-internal.h" /* CHUNK_INLINE_MAX */
 #include "tests/unit/tap.h"
 #include "common/banned.h"
 
@@ -901,6 +902,11 @@ static void model_op(ntfs_store *st, ntfs_ws *ws, const char *sess, struct model
                 size_t len = 1 + rnd() % (MAXSZ - off);
                 if (len > 70000)
                         len = 1 + rnd() % 70000;
+                if (rnd() % 3 == 0) { /* short, near a chunk's start: inline chunks, and ones outgrowing it */
+                        off = (rnd() % 4) * NTFS_CHUNK_SIZE + rnd() % 2500;
+                        len = 1 + rnd() % 800;
+                        off = NTFS_MIN(off, MAXSZ - len);
+                }
                 uint8_t *buf = malloc(len);
                 uint8_t v = (uint8_t)rnd();
                 for (size_t k = 0; k < len; k++)
@@ -912,7 +918,8 @@ static void model_op(ntfs_store *st, ntfs_ws *ws, const char *sess, struct model
                         f->len = off + len;
                 free(buf);
         } else if (op == 6) { /* truncate */
-                size_t nl = rnd() % MAXSZ;
+                size_t nl = rnd() % 3 ? rnd() % MAXSZ : (rnd() % 4) * NTFS_CHUNK_SIZE + rnd() % 3000;
+                nl = NTFS_MIN(nl, MAXSZ);
                 struct ntfs_attr in = { .size = nl };
                 MDBG("truncate %s %zu (size %zu)\n", p, nl, f->len);
                 ASSERT_OK(ntfs_ws_setattr(ws, ino, &in, NTFS_SET_SIZE, &a));
@@ -1321,40 +1328,67 @@ TEST(working_data_files) {
         rm_rf(tmpdir);
 }
 
-/* Turns the store in tmpdir back into layout 1 (meta "format" = 1) and,
- * when chunk is set, adds a layout-1 chunk record (raw bytes), as an ntfs
- * before the working data files would have left it. */
-static void make_layout1(bool chunk) {
+/* The store in tmpdir's LMDB environment, opened raw (the store closed). */
+struct raw {
         MDB_env *env;
         MDB_txn *txn;
-        MDB_dbi meta, ch;
-        ASSERT_EQ(mdb_env_create(&env), 0);
-        ASSERT_EQ(mdb_env_set_maxdbs(env, 16), 0);
-        ASSERT_EQ(mdb_env_open(env, tmpdir, MDB_NOLOCK, 0600), 0);
-        ASSERT_EQ(mdb_txn_begin(env, NULL, 0, &txn), 0);
-        ASSERT_EQ(mdb_dbi_open(txn, "meta", 0, &meta), 0);
-        ASSERT_EQ(mdb_dbi_open(txn, "chunk", 0, &ch), 0);
-        uint32_t one = 1;
-        MDB_val k = { 6, (void *)"format" }, v = { 4, &one };
-        ASSERT_EQ(mdb_put(txn, meta, &k, &v, 0), 0);
-        if (chunk) {
+        MDB_dbi meta, chunk;
+};
+
+static void raw_open(struct raw *w) {
+        ASSERT_EQ(mdb_env_create(&w->env), 0);
+        ASSERT_EQ(mdb_env_set_maxdbs(w->env, 16), 0);
+        ASSERT_EQ(mdb_env_open(w->env, tmpdir, MDB_NOLOCK, 0600), 0);
+        ASSERT_EQ(mdb_txn_begin(w->env, NULL, 0, &w->txn), 0);
+        ASSERT_EQ(mdb_dbi_open(w->txn, "meta", 0, &w->meta), 0);
+        ASSERT_EQ(mdb_dbi_open(w->txn, "chunk", 0, &w->chunk), 0);
+}
+
+static void raw_close(struct raw *w) {
+        ASSERT_EQ(mdb_txn_commit(w->txn), 0);
+        mdb_env_close(w->env);
+}
+
+static uint32_t raw_layout(void) {
+        struct raw w;
+        raw_open(&w);
+        MDB_val k = { 6, (void *)"format" }, v;
+        ASSERT_EQ(mdb_get(w.txn, w.meta, &k, &v), 0);
+        ASSERT_EQ(v.mv_size, 4);
+        uint32_t f;
+        memcpy(&f, v.mv_data, 4);
+        raw_close(&w);
+        return f;
+}
+
+/* Sets the store's layout (meta "format") back to f and, when layout1_chunk
+ * is set, adds a layout-1 chunk record (raw bytes), as an ntfs before the
+ * working data files would have left it. */
+static void set_layout(uint32_t f, bool layout1_chunk) {
+        struct raw w;
+        raw_open(&w);
+        MDB_val k = { 6, (void *)"format" }, v = { 4, &f };
+        ASSERT_EQ(mdb_put(w.txn, w.meta, &k, &v, 0), 0);
+        if (layout1_chunk) {
                 uint8_t key[24] = { 0 };
                 key[7] = 1;  /* wsid 1 */
                 key[15] = 2; /* ino 2, chunk 0 */
                 MDB_val ck = { 24, key }, cv = { 5, (void *)"hello" };
-                ASSERT_EQ(mdb_put(txn, ch, &ck, &cv, 0), 0);
+                ASSERT_EQ(mdb_put(w.txn, w.chunk, &ck, &cv, 0), 0);
         }
-        ASSERT_EQ(mdb_txn_commit(txn), 0);
-        mdb_env_close(env);
+        raw_close(&w);
 }
 
 TEST(store_layout_upgrade) {
+        static uint8_t x[100000];
+        fill(x, sizeof x, 9);
         fresh_dir();
         ntfs_store *st = open_store();
         ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
         ntfs_store_close(st);
+        ASSERT_EQ(raw_layout(), 3);
         /* layout 1 with nothing unsaved: opened and upgraded */
-        make_layout1(false);
+        set_layout(1, false);
         st = open_store();
         ntfs_ws *ws;
         ASSERT_OK(ntfs_ws_open(st, "s", &ws));
@@ -1362,18 +1396,209 @@ TEST(store_layout_upgrade) {
         expect_content(ws, "f", "after the upgrade");
         ntfs_ws_close(ws);
         ntfs_store_close(st);
-        st = open_store(); /* layout 2 now */
+        ASSERT_EQ(raw_layout(), 3);
+        st = open_store();
         ASSERT_OK(ntfs_ws_open(st, "s", &ws));
         expect_content(ws, "f", "after the upgrade");
+        /* layout 2, with unsaved chunks in slots (which read the same in
+         * 3): opened and upgraded */
+        uint64_t big = mkfile(ws, NTFS_ROOT_INO, "big", "");
+        ASSERT_EQ(ntfs_ws_write(ws, big, x, sizeof x, 0, false), (long)sizeof x);
         ntfs_ws_close(ws);
         ntfs_store_close(st);
+        set_layout(2, false);
+        st = open_store();
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        expect_bytes(ws, "big", x, sizeof x);
+        ntfs_ws_close(ws);
+        fsck_clean(st);
+        ntfs_store_close(st);
+        ASSERT_EQ(raw_layout(), 3);
         /* layout 1 with a chunk only the old code can read: refused */
-        make_layout1(true);
+        set_layout(1, true);
         struct ntfs_store_opts o = { .initial_map_bytes = 64ull << 20 };
         ntfs_store *st2 = NULL;
         ASSERT_ERR(ntfs_store_open(tmpdir, &o, &st2), -NTFS_EBADFORMAT);
+        /* a layout from a newer ntfs: refused */
+        set_layout(4, false);
+        ASSERT_ERR(ntfs_store_open(tmpdir, &o, &st2), -NTFS_EBADFORMAT);
         rm_rf(tmpdir);
 }
+
+/* Child: commits small (inline) files, changes them in a batch that never
+ * commits, and dies. */
+static void inline_child(void) {
+        ntfs_store *st;
+        if (ntfs_store_open(tmpdir, &(struct ntfs_store_opts){ .no_flusher = true }, &st) < 0)
+                _exit(3);
+        ntfs_ws *ws;
+        struct ntfs_attr a, b;
+        if (ntfs_ws_open(st, "s", &ws) < 0 || ntfs_ws_mknod(ws, NTFS_ROOT_INO, "p", S_IFREG | 0644, 0, 0, 0, &a) < 0 ||
+            ntfs_ws_write(ws, a.ino, "committed", 9, 0, false) != 9 || ntfs_store_flush(st, true) < 0)
+                _exit(4);
+        struct ntfs_attr in = { .size = 3 }, out;
+        if (ntfs_ws_write(ws, a.ino, "CHANGED", 7, 0, false) != 7 ||
+            ntfs_ws_setattr(ws, a.ino, &in, NTFS_SET_SIZE, &out) < 0 ||
+            ntfs_ws_mknod(ws, NTFS_ROOT_INO, "q", S_IFREG | 0644, 0, 0, 0, &b) < 0 ||
+            ntfs_ws_write(ws, b.ino, "never", 5, 0, false) != 5)
+                _exit(5);
+        _exit(0); /* no commit */
+}
+
+TEST(inline_chunks) {
+        static uint8_t x[200000], want[200000];
+        fill(x, sizeof x, 3);
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+
+        /* small files live in their chunk records: no data file at all */
+        uint64_t small = mkfile(ws, NTFS_ROOT_INO, "small", "");
+        ASSERT_EQ(ntfs_ws_write(ws, small, x, 100, 0, false), 100);
+        uint64_t edge = mkfile(ws, NTFS_ROOT_INO, "edge", "");
+        ASSERT_EQ(ntfs_ws_write(ws, edge, x, CHUNK_INLINE_MAX, 0, false), CHUNK_INLINE_MAX);
+        /* a write past the stored bytes: zeros between */
+        ASSERT_EQ(ntfs_ws_write(ws, small, x + 500, 10, 1000, false), 10);
+        memcpy(want, x, 100);
+        memset(want + 100, 0, 900);
+        memcpy(want + 1000, x + 500, 10);
+        expect_bytes(ws, "small", want, 1010);
+        expect_bytes(ws, "edge", x, CHUNK_INLINE_MAX);
+        /* the last chunk of a sparse file: inline, holes before it */
+        uint64_t far = mkfile(ws, NTFS_ROOT_INO, "far", "");
+        ASSERT_EQ(ntfs_ws_write(ws, far, x, 10, 2 * NTFS_CHUNK_SIZE + 5, false), 10);
+        memset(want, 0, 2 * NTFS_CHUNK_SIZE + 5);
+        memcpy(want + 2 * NTFS_CHUNK_SIZE + 5, x, 10);
+        expect_bytes(ws, "far", want, 2 * NTFS_CHUNK_SIZE + 15);
+        /* shortened, then written past the new end */
+        struct ntfs_attr in = { .size = 50 }, out;
+        ASSERT_OK(ntfs_ws_setattr(ws, edge, &in, NTFS_SET_SIZE, &out));
+        ASSERT_EQ(ntfs_ws_write(ws, edge, "tail", 4, 60, false), 4);
+        memcpy(want, x, 50);
+        memset(want + 50, 0, 10);
+        memcpy(want + 60, "tail", 4);
+        expect_bytes(ws, "edge", want, 64);
+        ASSERT_OK(ntfs_store_flush(st, true));
+        char dir[400];
+        snprintf(dir, sizeof dir, "%s/wsdata", tmpdir);
+        DIR *d = opendir(dir);
+        int files = 0;
+        for (struct dirent *de; d && (de = readdir(d));)
+                files += de->d_name[0] != '.';
+        if (d)
+                closedir(d);
+        ASSERT_EQ(files, 0);
+
+        /* one more byte than fits: the chunk moves to a slot, in place
+         * from then on, and reads the same */
+        ASSERT_EQ(ntfs_ws_write(ws, small, x + 2000, CHUNK_INLINE_MAX - 1000, 1010, false),
+                  CHUNK_INLINE_MAX - 1000);
+        memcpy(want, x, 100);
+        memset(want + 100, 0, 900);
+        memcpy(want + 1000, x + 500, 10);
+        memcpy(want + 1010, x + 2000, CHUNK_INLINE_MAX - 1000);
+        expect_bytes(ws, "small", want, CHUNK_INLINE_MAX + 10);
+        ASSERT_OK(ntfs_store_flush(st, true));
+        char path[400];
+        data_file(path, sizeof path);
+        struct stat sb;
+        ASSERT_OK(stat(path, &sb));
+        ASSERT_EQ(sb.st_size, CHUNK_INLINE_MAX + 10); /* slot 0, the bytes stored */
+        ASSERT_EQ(ntfs_ws_write(ws, small, "!", 1, 0, false), 1);
+        want[0] = '!';
+        expect_bytes(ws, "small", want, CHUNK_INLINE_MAX + 10);
+        /* a big file's short last chunk is inline, its others in slots */
+        uint64_t big = mkfile(ws, NTFS_ROOT_INO, "big", "");
+        ASSERT_EQ(ntfs_ws_write(ws, big, x, NTFS_CHUNK_SIZE + 300, 0, false), NTFS_CHUNK_SIZE + 300);
+        expect_bytes(ws, "big", x, NTFS_CHUNK_SIZE + 300);
+        ASSERT_OK(ntfs_store_flush(st, true));
+        ASSERT_OK(stat(path, &sb));
+        ASSERT_EQ(sb.st_size, 2 * NTFS_CHUNK_SIZE); /* slot 1 full; the 300 bytes after it inline */
+
+        /* a checkpoint stores the same objects whichever way the bytes were
+         * kept: a file written in one piece with small's bytes adds no blob
+         * and no file object, only the new root tree and commit */
+        ntfs_hash h;
+        bool ch;
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
+        struct ntfs_store_stats s1, s2;
+        ASSERT_OK(ntfs_store_stats(st, &s1));
+        uint64_t twin = mkfile(ws, NTFS_ROOT_INO, "twin", "");
+        ASSERT_EQ(ntfs_ws_write(ws, twin, want, CHUNK_INLINE_MAX + 10, 0, false), CHUNK_INLINE_MAX + 10);
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
+        ASSERT_OK(ntfs_store_stats(st, &s2));
+        ASSERT_EQ(s2.objects - s1.objects, 2);
+        expect_bytes(ws, "small", want, CHUNK_INLINE_MAX + 10);
+        expect_bytes(ws, "twin", want, CHUNK_INLINE_MAX + 10);
+        memcpy(want, x, 50);
+        memset(want + 50, 0, 10);
+        memcpy(want + 60, "tail", 4);
+        expect_bytes(ws, "edge", want, 64);
+        expect_bytes(ws, "big", x, NTFS_CHUNK_SIZE + 300);
+        ntfs_ws_close(ws);
+        fsck_clean(st);
+        ntfs_store_close(st);
+
+        /* a batch that dies loses its inline changes, nothing else */
+        pid_t pid = fork();
+        ASSERT(pid >= 0);
+        if (pid == 0)
+                inline_child();
+        int status;
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        st = open_store();
+        fsck_clean(st);
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        expect_content(ws, "p", "committed");
+        struct ntfs_attr a;
+        ASSERT_ERR(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "q", &a), -ENOENT);
+        /* the record of the largest inline chunk is no overflow page */
+        uint64_t e2 = mkfile(ws, NTFS_ROOT_INO, "edge2", "");
+        ASSERT_EQ(ntfs_ws_write(ws, e2, x, CHUNK_INLINE_MAX, 0, false), CHUNK_INLINE_MAX);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        struct raw w;
+        raw_open(&w);
+        MDB_stat ms;
+        ASSERT_EQ(mdb_stat(w.txn, w.chunk, &ms), 0);
+        ASSERT(ms.ms_entries >= 2);
+        ASSERT_EQ(ms.ms_overflow_pages, 0);
+        /* an inline record cut short is corruption: fsck says so, reads fail */
+        MDB_cursor *cur;
+        ASSERT_EQ(mdb_cursor_open(w.txn, w.chunk, &cur), 0);
+        MDB_val k, v;
+        int found = 0;
+        for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+                if (v.mv_size == 16 + CHUNK_INLINE_MAX) {
+                        uint8_t key[24], val[16 + CHUNK_INLINE_MAX];
+                        memcpy(key, k.mv_data, 24);
+                        memcpy(val, v.mv_data, v.mv_size);
+                        MDB_val nk = { 24, key }, nv = { 16 + 100, val };
+                        ASSERT_EQ(mdb_put(w.txn, w.chunk, &nk, &nv, 0), 0);
+                        found++;
+                        break;
+                }
+        mdb_cursor_close(cur);
+        ASSERT_EQ(found, 1);
+        raw_close(&w);
+        st = open_store();
+        int lines = 0;
+        ASSERT_ERR(ntfs_fsck(st, problem_cb, &lines, NULL), -NTFS_ECORRUPT);
+        ASSERT_EQ(lines, 1);
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        static uint8_t buf[4096];
+        ASSERT_ERR(ntfs_ws_read(ws, must(ws, "edge2"), buf, sizeof buf, 0), -NTFS_ECORRUPT);
+        expect_content(ws, "p", "committed");
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+#define CRASH_FAR 5000 /* a second copy of each round's content, past the inline limit */
+_Static_assert(CRASH_FAR > CHUNK_INLINE_MAX, "crash_points must reach the data file");
 
 static void crash_child(int wfd, const char *point, unsigned n) {
         ntfs_store *st;
@@ -1391,6 +1616,10 @@ static void crash_child(int wfd, const char *point, unsigned n) {
                 if (ntfs_ws_mknod(ws, NTFS_ROOT_INO, name, S_IFREG | 0644, 0, 0, 0, &a) < 0)
                         _exit(5);
                 if (ntfs_ws_write(ws, a.ino, content, strlen(content), 0, false) < 0)
+                        _exit(6);
+                /* the chunk, inline so far, grows past the inline limit
+                 * and moves to a slot of the data file */
+                if (ntfs_ws_write(ws, a.ino, content, strlen(content), CRASH_FAR, false) < 0)
                         _exit(6);
                 if (round % 2 && ntfs_ws_unlink(ws, NTFS_ROOT_INO, name) < 0)
                         _exit(7);
@@ -1467,9 +1696,14 @@ TEST(crash_points) {
                                                 ASSERT_ERR(lr, -ENOENT);
                                         } else {
                                                 ASSERT_OK(lr);
-                                                char rb[64] = { 0 };
-                                                ASSERT_EQ(ntfs_ws_read(v, a.ino, rb, sizeof rb, 0),
-                                                          (long)strlen(want));
+                                                size_t wl = strlen(want);
+                                                ASSERT_EQ(a.size, CRASH_FAR + wl);
+                                                char rb[64] = { 0 }, zeros[64] = { 0 };
+                                                ASSERT_EQ(ntfs_ws_read(v, a.ino, rb, sizeof rb, 0), (long)sizeof rb);
+                                                ASSERT(memcmp(rb, want, wl) == 0);
+                                                ASSERT(memcmp(rb + wl, zeros, sizeof rb - wl) == 0);
+                                                memset(rb, 0, sizeof rb);
+                                                ASSERT_EQ(ntfs_ws_read(v, a.ino, rb, sizeof rb, CRASH_FAR), (long)wl);
                                                 ASSERT_STREQ(rb, want);
                                         }
                                 }
@@ -1535,6 +1769,7 @@ int main(void) {
         RUN(crash_points);
         RUN(working_data_files);
         RUN(store_layout_upgrade);
+        RUN(inline_chunks);
         RUN(model_random);
         return tap_done();
 }
