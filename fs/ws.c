@@ -132,13 +132,38 @@ struct ctx {
         uint64_t wsid;
         struct sess_rec sr; /* sessions only */
         bool sr_changed;
+        /* The last names hashed in this call (an unlink hashes its name to
+         * find it, to ask the base about it and to delete it; a hash is a
+         * SHA-256): by address, valid for the call. */
+        struct {
+                const char *name;
+                size_t len;
+                uint64_t h;
+        } nh[2];
+        unsigned nh_next;
 };
+
+/* Tells the call name's hash, known from a directory entry. */
+static void ctx_name_known(struct ctx *c, const char *name, size_t len, uint64_t h) {
+        c->nh[c->nh_next++ % ARRAY_SIZE(c->nh)] = (__typeof__(c->nh[0])){ name, len, h };
+}
+
+static uint64_t ctx_name_hash(struct ctx *c, const char *name, size_t len) {
+        for (size_t i = 0; i < ARRAY_SIZE(c->nh); i++)
+                if (c->nh[i].name == name && c->nh[i].len == len)
+                        return c->nh[i].h;
+        uint64_t h = name_hash(name, len);
+        ctx_name_known(c, name, len, h);
+        return h;
+}
 
 static int ctx_enter(ntfs_ws *ws, struct ctx *c, bool write) {
         c->st = ws->st;
         c->ws = ws;
         c->write = write;
         c->sr_changed = false;
+        memset(c->nh, 0, sizeof c->nh);
+        c->nh_next = 0;
         int r = store_enter(ws->st);
         if (r < 0)
                 return r;
@@ -289,7 +314,7 @@ static int link_entry(struct ctx *c, uint64_t linkid, struct tree_entry *ret) {
 static int child_get(struct ctx *c, uint64_t dir, const struct ino_rec *drec, const char *name,
                      uint64_t *ret_ino, struct ino_rec *ret) {
         size_t nl = strlen(name);
-        uint64_t h = name_hash(name, nl);
+        uint64_t h = ctx_name_hash(c, name, nl);
         uint8_t k[24 + NTFS_NAME_MAX];
         size_t kl = dent_key(k, c->wsid, dir, h, name, nl);
         MDB_val v;
@@ -375,7 +400,7 @@ static int base_has(struct ctx *c, const struct ino_rec *drec, const char *name,
         if ((r = tree_view_init(&tv, v.mv_data, v.mv_size)) < 0)
                 return r;
         size_t nl = strlen(name);
-        uint64_t h = name_hash(name, nl);
+        uint64_t h = ctx_name_hash(c, name, nl);
         uint32_t i = tree_view_seek(&tv, h, name, nl);
         if (i < tv.count) {
                 struct tree_entry e;
@@ -389,7 +414,7 @@ static int base_has(struct ctx *c, const struct ino_rec *drec, const char *name,
 static int dent_set(struct ctx *c, uint64_t dir, const char *name, uint64_t ino, uint32_t mode) {
         size_t nl = strlen(name);
         uint8_t k[24 + NTFS_NAME_MAX];
-        size_t kl = dent_key(k, c->wsid, dir, name_hash(name, nl), name, nl);
+        size_t kl = dent_key(k, c->wsid, dir, ctx_name_hash(c, name, nl), name, nl);
         struct dent_val dv = { .ino = ino, .mode = mode };
         return db_put(c->st, c->st->dent, k, kl, &dv, sizeof dv);
 }
@@ -404,7 +429,7 @@ static int dent_remove(struct ctx *c, uint64_t dir, const struct ino_rec *drec, 
                 return dent_set(c, dir, name, 0, 0);
         size_t nl = strlen(name);
         uint8_t k[24 + NTFS_NAME_MAX];
-        size_t kl = dent_key(k, c->wsid, dir, name_hash(name, nl), name, nl);
+        size_t kl = dent_key(k, c->wsid, dir, ctx_name_hash(c, name, nl), name, nl);
         r = db_del(c->st, c->st->dent, k, kl);
         return r == -ENOENT ? 0 : r;
 }
@@ -1584,6 +1609,7 @@ int ntfs_ws_readdir(ntfs_ws *ws, uint64_t ino, uint64_t cookie, bool plus,
                 for (size_t i = 0; r == 0 && i < n; i++) {
                         struct ino_rec rec;
                         uint64_t cino;
+                        ctx_name_known(&c, items[i].name, strlen(items[i].name), items[i].h);
                         r = child_get(&c, ino, &d, items[i].name, &cino, &rec);
                         if (r == 0)
                                 attr_from(cino, &rec, &attrs[i]);
