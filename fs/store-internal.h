@@ -252,7 +252,7 @@ int chunk_store(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, const
  * chunk that grows past CHUNK_INLINE_MAX moves to a slot. */
 int chunk_update(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, const struct chunk_rec *cr,
                  const uint8_t *buf, size_t in, size_t n);
-/* The chunk keeps only its first len (< cr->len) bytes. */
+/* The chunk keeps only its first len bytes (no change if it has no more). */
 int chunk_shorten(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, const struct chunk_rec *cr, size_t len);
 /* The stored bytes of a chunk: in its record, or read-only in the data
  * file's mapping (valid until the next change in this transaction, or until
