@@ -420,6 +420,16 @@ const uint8_t *chunk_data(ntfs_store *st, uint64_t wsid, const struct chunk_rec 
         return cr->inl ? cr->inl : wsdata_map(st, wsid, cr, err);
 }
 
+/* Writes n bytes of buf at byte in of a slot that stores have bytes,
+ * zeroing the gap between first (rule 3). */
+static int slot_patch(ntfs_store *st, uint64_t wsid, uint64_t slot, size_t have, const uint8_t *buf, size_t in,
+                      size_t n) {
+        int r = 0;
+        if (in > have && (r = wsdata_pwrite(st, wsid, slot, have, NULL, in - have)) < 0)
+                return r;
+        return n ? wsdata_pwrite(st, wsid, slot, in, buf, n) : 0;
+}
+
 /* A new slot for a chunk: bytes [0, len) of data, then n bytes of buf at
  * in, zeros between; the record names it. */
 static int slot_store(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, const uint8_t *data, size_t len,
@@ -428,10 +438,8 @@ static int slot_store(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx,
         int r = wsdata_alloc(st, wsid, &slot);
         if (r == 0 && len)
                 r = wsdata_pwrite(st, wsid, slot, 0, data, len);
-        if (r == 0 && in > len)
-                r = wsdata_pwrite(st, wsid, slot, len, NULL, in - len);
-        if (r == 0 && n)
-                r = wsdata_pwrite(st, wsid, slot, in, buf, n);
+        if (r == 0)
+                r = slot_patch(st, wsid, slot, len, buf, in, n);
         return r < 0 ? r : slot_rec_put(st, wsid, ino, idx, slot, NTFS_MAX(len, in + n));
 }
 
@@ -455,13 +463,9 @@ int chunk_update(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, cons
                  * stays valid meanwhile) */
                 return slot_store(st, wsid, ino, idx, cr->inl, cr->len, buf, in, n);
         }
-        int r = 0;
-        if (in > cr->len && (r = wsdata_pwrite(st, wsid, cr->slot, cr->len, NULL, in - cr->len)) < 0)
+        int r = slot_patch(st, wsid, cr->slot, cr->len, buf, in, n);
+        if (r < 0 || in + n <= cr->len)
                 return r;
-        if ((r = wsdata_pwrite(st, wsid, cr->slot, in, buf, n)) < 0)
-                return r;
-        if (in + n <= cr->len)
-                return 0;
         return slot_rec_put(st, wsid, ino, idx, cr->slot, in + n);
 }
 
@@ -500,17 +504,19 @@ int chunks_drop(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t from) {
                 struct chunk_rec cr;
                 if ((r = decode_rec(&v, &cr)) < 0)
                         break;
-                if (!cr.inl && !opened) {
-                        struct wsdata *w;
-                        r = wsdata_get(st, wsid, false, &w);
-                        if (r == -ENOENT)
-                                r = 0; /* no file: no slot can be handed out (fsck reports the record) */
-                        if (r < 0)
+                if (!cr.inl) {
+                        if (!opened) {
+                                struct wsdata *w;
+                                r = wsdata_get(st, wsid, false, &w);
+                                if (r == -ENOENT)
+                                        r = 0; /* no file: no slot can be handed out (fsck reports the record) */
+                                if (r < 0)
+                                        break;
+                                opened = true;
+                        }
+                        if ((r = queue_job(st, wsid, cr.slot)) < 0)
                                 break;
-                        opened = true;
                 }
-                if (!cr.inl && (r = queue_job(st, wsid, cr.slot)) < 0)
-                        break;
                 if ((rc = mdb_cursor_del(cur, 0)) != 0)
                         break;
                 k.mv_size = 24;
