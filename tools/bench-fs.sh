@@ -13,8 +13,8 @@
 #   floorsame  the floor with the ntfs mount's FUSE options (default_permissions,
 #              nocreate): the floor issue 3 holds ntfs to ("the same FUSE options")
 #   ntfs       $NTFS_BUILD/fs/ntfs-fuse --store BASE/store --create --session bench
-#              (fresh store per run; NTFS_FUSE_STATS=PATH keeps its request
-#              counts as PATH.RUN), or "$NTFS_MOUNT_CMD MNT" / "$NTFS_UMOUNT_CMD MNT"
+#              (fresh store per run and phase; NTFS_FUSE_STATS=PATH keeps its
+#              request counts as PATH.RUN.PHASE), or "$NTFS_MOUNT_CMD MNT" / "$NTFS_UMOUNT_CMD MNT"
 #              when set; skipped when neither is available
 # Environment: BENCH_RUNS (3; 1 with --quick), BENCH_DIR (scratch on ext4,
 # default /var/tmp), BENCH_CACHE (where the tarball and C project are built
@@ -22,7 +22,9 @@
 # $NTFS_BUILD/tools/fusefloor), BENCH_RAW (keep the raw TSV there),
 # BENCH_META_ONLY=1 (only creates, untar, find/du, git, rm -rf: no fio, no make),
 # BENCH_DATA_ONLY=1 (only the four fio rows).
-# Runs alternate: run r visits the targets in an order rotated by r.
+# Runs alternate: run r visits the targets in an order rotated by r. Each
+# target's fio rows and its metadata rows (and make) run on separate fresh
+# mounts, with a sync between.
 # Nothing here gates on absolute times.
 set -euo pipefail
 
@@ -32,7 +34,7 @@ QUICK=0
 for a in "$@"; do
         case $a in
         --quick) QUICK=1 ;;
-        -h | --help) sed -n '3,24p' "$0"; exit 0 ;;
+        -h | --help) sed -n '3,27p' "$0"; exit 0 ;;
         *) echo "bench-fs: unknown argument $a" >&2; exit 2 ;;
         esac
 done
@@ -182,7 +184,7 @@ umount_ntfs() {
         if [ -z "${NTFS_MOUNT_CMD:-}" ]; then
                 umount_fuse "$1"
                 if [ -n "${NTFS_FUSE_STATS:-}" ] && [ -f "$NTFS_FUSE_STATS" ]; then
-                        cp "$NTFS_FUSE_STATS" "$NTFS_FUSE_STATS.$RUN"
+                        cp "$NTFS_FUSE_STATS" "$NTFS_FUSE_STATS.$RUN.$PHASE"
                 fi
                 return
         fi
@@ -214,11 +216,22 @@ run_fio() { # NAME RW UNIT EXTRA...
 
 git_q() { git -c user.name=bench -c user.email=bench@localhost -c gc.auto=0 "$@"; }
 
-workloads() { # W: the fresh directory to work in
-        if [ "${BENCH_META_ONLY:-0}" = 1 ]; then meta_workloads; return; fi
-        data_workloads
-        if [ "${BENCH_DATA_ONLY:-0}" = 1 ]; then return; fi
+# The workloads run in two phases, each in a fresh directory on a fresh
+# mount, after a sync: "data" (the fio rows) and "meta" (the metadata rows,
+# then make unless BENCH_META_ONLY=1). What the data phase leaves for the
+# disk to do (write-back of 1 GiB files, discards of their freed blocks: on
+# ntfs the data file's punched slots) is done before the metadata rows start,
+# for every target alike.
+phases() {
+        if [ "${BENCH_META_ONLY:-0}" != 1 ]; then echo data; fi
+        if [ "${BENCH_DATA_ONLY:-0}" != 1 ]; then echo meta; fi
+}
+
+phase_data() { data_workloads; }
+
+phase_meta() { # W: the fresh directory to work in
         meta_workloads
+        if [ "${BENCH_META_ONLY:-0}" = 1 ]; then return; fi
         cp -a "$CPROJ" "$W/cproj"
         timed make-j2 make -s -j2 -C "$W/cproj" >/dev/null
         rm -rf "$W/cproj"
@@ -282,16 +295,19 @@ for RUN in $(seq "$RUNS"); do
                 if [ "$TARGET" = ntfs ] && [ -z "${NTFS_MOUNT_CMD:-}" ] && [ ! -x "$NTFS_FUSE" ]; then
                         continue
                 fi
-                log "run $RUN: $TARGET"
-                base=$SCRATCH/$TARGET-$RUN
-                mkdir -p "$base/mnt"
-                "mount_$TARGET" "$base/mnt" "$base"
-                W=$base/mnt/work
-                mkdir "$W"
-                workloads
-                rm -rf "$W"
-                "umount_$TARGET" "$base/mnt"
-                rm -rf "$base"
+                for PHASE in $(phases); do
+                        log "run $RUN: $TARGET, $PHASE"
+                        base=$SCRATCH/$TARGET-$RUN-$PHASE
+                        mkdir -p "$base/mnt"
+                        "mount_$TARGET" "$base/mnt" "$base"
+                        W=$base/mnt/work
+                        mkdir "$W"
+                        "phase_$PHASE"
+                        rm -rf "$W"
+                        "umount_$TARGET" "$base/mnt"
+                        rm -rf "$base"
+                        sync
+                done
         done
 done
 
