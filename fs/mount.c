@@ -13,6 +13,7 @@
  *     (same fix as tools/fusefloor.c; docs/bench-fs.md measured it), and
  *     FUSE_HANDLE_KILLPRIV_V2, which libfuse 3.14 does not know at all
  *   - request counts per opcode (NTFS_FUSE_STATS=PATH, written at stop)
+ *   - the mount's read-ahead, raised to max_write through sysfs
  * docs/mount.md describes the options and the lifecycle.
  */
 #define FUSE_USE_VERSION 314
@@ -41,6 +42,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/util.h"
 #include "fs/mount.h"
 #include "common/banned.h"
 
@@ -1460,6 +1462,39 @@ static void *loop_main(void *p) {
         return NULL;
 }
 
+/* The kernel reads ahead at most the mount's bdi read_ahead_kb (128 KiB by
+ * default; INIT's max_readahead can only lower it), which cut a sequential
+ * read into 128-256 KiB READs, each a hand-off between FUSE worker threads.
+ * Raised to MOUNT_MAX_WRITE, a sequential read is 1 MiB READs
+ * (docs/mount.md). NTFS_FUSE_READAHEAD_KB=N sets another value (0 leaves
+ * the kernel's), to measure it. Best effort: without sysfs the default
+ * stays. */
+static void set_readahead(ntfs_mount *m) {
+        uint64_t kb = MOUNT_MAX_WRITE / 1024, v;
+        const char *env = getenv("NTFS_FUSE_READAHEAD_KB");
+        if (env && *env && ntfs_parse_u64(env, 1u << 20, &v) == 0)
+                kb = v;
+        else if (env && *env)
+                mdebug("NTFS_FUSE_READAHEAD_KB=%s is not a number of KiB up to 1048576; using %" PRIu64, env, kb);
+        if (!m->have_dev || kb == 0)
+                return;
+        char path[128], val[32];
+        snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", major(m->dev), minor(m->dev));
+        int n = snprintf(val, sizeof(val), "%" PRIu64, kb);
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        ssize_t w = -1;
+        int err = errno;
+        if (fd >= 0) {
+                do
+                        w = write(fd, val, (size_t)n);
+                while (w < 0 && errno == EINTR);
+                err = w < 0 ? errno : EIO;
+                close(fd);
+        }
+        if (w != n)
+                mdebug("cannot set %s to %s: %s", path, val, strerror(err));
+}
+
 /* Aborts the FUSE connection through fusectl (mounting it when the host
  * has not: it is the only way to end a connection whose mount is lazily
  * detached but still in use). */
@@ -1768,6 +1803,7 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
         }
         if (own_mount_call(m->mountpoint, &m->dev) == 0)
                 m->have_dev = true;
+        set_readahead(m);
         *ret = m;
         return 0;
 }

@@ -387,6 +387,54 @@ def test_statfs(mnt):
     assert sv.f_namemax == 255
 
 
+def _bdi_read_ahead_kb(path):
+    dev = os.stat(path).st_dev
+    with open(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb") as f:
+        return int(f.read())
+
+
+def _cold_sequential_read_count(mounter, store_dir, scratch, monkeypatch, name, readahead_kb=None):
+    """Writes 8 MiB, drops the kernel's copy, reads it back in 1 MiB reads;
+    returns (the bdi's read_ahead_kb, the READ requests the daemon saw)."""
+    stats = os.path.join(scratch, f"stats-{name}")
+    monkeypatch.setenv("NTFS_FUSE_STATS", stats)
+    if readahead_kb is not None:
+        monkeypatch.setenv("NTFS_FUSE_READAHEAD_KB", str(readahead_kb))
+    m = mounter(store_dir, session=name)
+    # set once INIT is answered, just after the mount appears
+    deadline = time.monotonic() + 10
+    while (ra := _bdi_read_ahead_kb(m.path)) != 1024 and readahead_kb is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    data = os.urandom(8 << 20)
+    path = os.path.join(m.path, "big")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        got = b"".join(os.pread(fd, 1 << 20, off) for off in range(0, len(data), 1 << 20))
+    finally:
+        os.close(fd)
+    assert got == data
+    m.stop()
+    with open(stats) as f:
+        counts = dict(line.split() for line in f if line.strip())
+    return ra, int(counts.get("READ", 0))
+
+
+def test_sequential_read_is_1mib_requests(mounter, store_dir, scratch, monkeypatch):
+    # The mount raises its bdi's read-ahead to max_write, so a cold
+    # sequential read comes as 1 MiB READs, not the kernel default's
+    # 256 KiB ones (fs/mount.c set_readahead, docs/mount.md).
+    ra, reads = _cold_sequential_read_count(mounter, store_dir, scratch, monkeypatch, "ra")
+    assert ra == 1024
+    assert 8 <= reads <= 12, reads  # 8 MiB in 1 MiB READs
+    # NTFS_FUSE_READAHEAD_KB=0 leaves the kernel's default: more, smaller READs
+    ra0, reads0 = _cold_sequential_read_count(mounter, store_dir, scratch, monkeypatch, "ra0", 0)
+    assert ra0 < 1024
+    assert reads0 >= 2 * reads, (reads0, reads)
+
+
 def test_fsync_fdatasync(mnt):
     p = os.path.join(mnt.path, "s")
     fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
