@@ -424,8 +424,8 @@ def _cold_sequential_read_count(mounter, store_dir, scratch, monkeypatch, name, 
 
 def test_sequential_read_is_1mib_requests(mounter, store_dir, scratch, monkeypatch):
     # The mount raises its bdi's read-ahead to max_write, so a cold
-    # sequential read comes as 1 MiB READs, not the kernel default's
-    # 256 KiB ones (fs/mount.c set_readahead, docs/mount.md).
+    # sequential read comes as 1 MiB READs, not as the 128-256 KiB ones of
+    # the kernel's default (fs/mount.c set_readahead, docs/mount.md).
     ra, reads = _cold_sequential_read_count(mounter, store_dir, scratch, monkeypatch, "ra")
     assert ra == 1024
     assert 8 <= reads <= 12, reads  # 8 MiB in 1 MiB READs
