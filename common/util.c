@@ -154,6 +154,20 @@ int ntfs_write_file_durable(const char *path, const void *buf, size_t len, int m
         return 0;
 }
 
+int ntfs_write_attr(const char *path, const char *val) {
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        size_t l = strlen(val);
+        ssize_t w;
+        do
+                w = write(fd, val, l);
+        while (w < 0 && errno == EINTR);
+        if (w < 0)
+                return -errno;
+        return (size_t)w == l ? 0 : -EIO;
+}
+
 int ntfs_read_file(const char *path, size_t max, char **ret, size_t *ret_len) {
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0)

@@ -35,6 +35,10 @@ int ntfs_write_file_durable(const char *path, const void *buf, size_t len, int m
 /* Reads a whole file up to max bytes (a bigger file is -EFBIG). *ret is
  * NUL-terminated and owned by the caller. */
 int ntfs_read_file(const char *path, size_t max, char **ret, size_t *ret_len);
+/* Writes val to an existing kernel attribute file (sysfs, cgroupfs,
+ * fusectl) in one write(2), creating nothing. Returns 0 or -errno (-EIO for
+ * a short write). */
+int ntfs_write_attr(const char *path, const char *val);
 
 /* Keeps freed heap memory in the process instead of handing it back to the
  * kernel after every batch: call once at the start of a daemon, before any

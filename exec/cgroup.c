@@ -28,17 +28,7 @@ static int write_str(const char *dir, const char *file, const char *val) {
         int n = snprintf(path, sizeof path, "%s/%s", dir, file);
         if (n < 0 || (size_t)n >= sizeof path)
                 return -ENAMETOOLONG;
-        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        size_t l = strlen(val);
-        ssize_t w;
-        do
-                w = write(fd, val, l);
-        while (w < 0 && errno == EINTR);
-        if (w < 0)
-                return -errno;
-        return (size_t)w == l ? 0 : -EIO;
+        return ntfs_write_attr(path, val);
 }
 
 static int read_small(const char *dir, const char *file, char **ret) {

@@ -1480,19 +1480,10 @@ static void set_readahead(ntfs_mount *m) {
                 return;
         char path[128], val[32];
         snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", major(m->dev), minor(m->dev));
-        int n = snprintf(val, sizeof(val), "%" PRIu64, kb);
-        int fd = open(path, O_WRONLY | O_CLOEXEC);
-        ssize_t w = -1;
-        int err = errno;
-        if (fd >= 0) {
-                do
-                        w = write(fd, val, (size_t)n);
-                while (w < 0 && errno == EINTR);
-                err = w < 0 ? errno : EIO;
-                close(fd);
-        }
-        if (w != n)
-                mdebug("cannot set %s to %s: %s", path, val, strerror(err));
+        snprintf(val, sizeof(val), "%" PRIu64, kb);
+        int r = ntfs_write_attr(path, val);
+        if (r < 0)
+                mdebug("cannot set %s to %s: %s", path, val, strerror(-r));
 }
 
 /* Aborts the FUSE connection through fusectl (mounting it when the host
@@ -1504,23 +1495,16 @@ static void abort_connection(ntfs_mount *m) {
         char path[128];
         snprintf(path, sizeof(path), "/sys/fs/fuse/connections/%u/abort", minor(m->dev));
         bool mounted_ctl = false;
-        int fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (fd < 0 && errno == ENOENT && geteuid() == 0) {
+        int r = ntfs_write_attr(path, "1");
+        if (r == -ENOENT && geteuid() == 0) {
                 if (mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, NULL) < 0)
                         mdebug("mounting fusectl: %s", strerror(errno));
                 else
                         mounted_ctl = true;
-                fd = open(path, O_WRONLY | O_CLOEXEC);
+                r = ntfs_write_attr(path, "1");
         }
-        if (fd < 0) {
-                mdebug("cannot abort connection %u: %s", minor(m->dev), strerror(errno));
-        } else {
-                ssize_t w;
-                do
-                        w = write(fd, "1", 1);
-                while (w < 0 && errno == EINTR);
-                close(fd);
-        }
+        if (r < 0)
+                mdebug("cannot abort connection %u: %s", minor(m->dev), strerror(-r));
         if (mounted_ctl) /* leave the host as it was */
                 (void)umount2("/sys/fs/fuse/connections", MNT_DETACH);
 }

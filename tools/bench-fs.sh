@@ -227,8 +227,6 @@ phases() {
         if [ "${BENCH_DATA_ONLY:-0}" != 1 ]; then echo meta; fi
 }
 
-phase_data() { data_workloads; }
-
 phase_meta() { # W: the fresh directory to work in
         meta_workloads
         if [ "${BENCH_META_ONLY:-0}" = 1 ]; then return; fi
@@ -237,7 +235,7 @@ phase_meta() { # W: the fresh directory to work in
         rm -rf "$W/cproj"
 }
 
-data_workloads() { # the fio rows
+phase_data() { # the fio rows
         run_fio seq-write-1M write bw --rw=write --bs=1M --size=$SEQ --end_fsync=1
         run_fio seq-read-1M read bw --rw=read --bs=1M --size=$SEQ
         rm -f "$W/fio.dat"
