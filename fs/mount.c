@@ -102,6 +102,8 @@ struct ntfs_mount {
         bool parallel_dirops, handle_killpriv, handle_killpriv_v2;
         uint32_t kernel_minor, kernel_flags; /* from the INIT request */
         _Atomic uint64_t opcounts[64]; /* requests per opcode (0: out of range) */
+        _Atomic uint64_t opns[64];     /* with NTFS_FUSE_STATS: ns from request read to reply */
+        bool time_ops;                 /* NTFS_FUSE_STATS is set */
 
         pthread_mutex_t lock; /* guards everything below; never held across a ws call or a notify */
         pthread_cond_t cond;
@@ -493,7 +495,7 @@ static int new_owner(fuse_req_t req, uint64_t parent, bool isdir, uint32_t *uid,
 /* ---- INIT ------------------------------------------------------------ */
 
 /* Request counts per opcode (NTFS_FUSE_STATS=PATH: written at stop, one
- * "OPCODE COUNT" line each, the format of fusefloor -o stats). */
+ * "OPCODE COUNT NS" line each, the format of fusefloor -o stats). */
 #define MOUNT_NOPC 64
 static const char *const opc_names[MOUNT_NOPC] = {
         [FUSE_LOOKUP] = "LOOKUP",       [FUSE_FORGET] = "FORGET",
@@ -526,15 +528,26 @@ static const char *const opc_names[MOUNT_NOPC] = {
  * kernel's FUSE_WRITE_KILL_SUIDGID, which libfuse 3.14 does not pass on. */
 static __thread bool tls_write_kill;
 
+/* With NTFS_FUSE_STATS, the request this worker read and when: its reply
+ * (io_writev, same thread) adds the time to opns. FORGETs have no reply;
+ * the next read overwrites them. */
+static __thread int64_t tls_req_start;
+static __thread unsigned tls_req_opc;
+
 static ssize_t io_read(int fd, void *buf, size_t len, void *ud) {
         ntfs_mount *m = ud;
         tls_fuse_worker = true;
         ssize_t r = read(fd, buf, len);
         tls_write_kill = false;
+        tls_req_start = 0;
         if (r >= (ssize_t)sizeof(struct fuse_in_header)) {
                 const struct fuse_in_header *ih = buf;
-                atomic_fetch_add_explicit(&m->opcounts[ih->opcode < MOUNT_NOPC && opc_names[ih->opcode] ? ih->opcode : 0], 1,
-                                          memory_order_relaxed);
+                unsigned opc = ih->opcode < MOUNT_NOPC && opc_names[ih->opcode] ? ih->opcode : 0;
+                atomic_fetch_add_explicit(&m->opcounts[opc], 1, memory_order_relaxed);
+                if (m->time_ops) {
+                        tls_req_opc = opc;
+                        tls_req_start = ntfs_mono_ns();
+                }
                 if (ih->opcode == FUSE_INIT && (size_t)r >= sizeof(*ih) + 16) {
                         /* What the kernel offers: libfuse 3.14 has no
                          * capability bit for HANDLE_KILLPRIV_V2. */
@@ -572,6 +585,11 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *ud) {
                         m->handle_killpriv = io->flags & FUSE_HANDLE_KILLPRIV;
                         m->handle_killpriv_v2 = io->flags & FUSE_HANDLE_KILLPRIV_V2;
                 }
+        }
+        if (tls_req_start) {
+                atomic_fetch_add_explicit(&m->opns[tls_req_opc], (uint64_t)(ntfs_mono_ns() - tls_req_start),
+                                          memory_order_relaxed);
+                tls_req_start = 0;
         }
         ssize_t r = writev(fd, iov, count);
         if (is_init) {
@@ -1582,10 +1600,11 @@ static void mount_free(ntfs_mount *m) {
         free(m);
 }
 
-/* NTFS_FUSE_STATS=PATH: the request counts, one "OPCODE COUNT" line per
- * opcode seen (fusefloor -o stats format; "OTHER" is out-of-table
- * opcodes), written when the mount stops (the file is replaced). A measuring aid:
- * failures are ignored. */
+/* NTFS_FUSE_STATS=PATH: the request counts, one "OPCODE COUNT NS" line per
+ * opcode seen (fusefloor -o stats format plus NS, the handlers' total time
+ * from reading the request to writing its reply; "OTHER" is out-of-table
+ * opcodes), written when the mount stops (the file is replaced). A
+ * measuring aid: failures are ignored. */
 static void write_stats(ntfs_mount *m) {
         const char *path = getenv("NTFS_FUSE_STATS");
         if (!path || !*path)
@@ -1599,7 +1618,8 @@ static void write_stats(ntfs_mount *m) {
                 uint64_t n = atomic_load(&m->opcounts[i]);
                 if (n == 0)
                         continue;
-                int k = snprintf(buf + pos, sizeof(buf) - pos, "%s %" PRIu64 "\n", i ? opc_names[i] : "OTHER", n);
+                int k = snprintf(buf + pos, sizeof(buf) - pos, "%s %" PRIu64 " %" PRIu64 "\n",
+                                 i ? opc_names[i] : "OTHER", n, atomic_load(&m->opns[i]));
                 if (k < 0 || (size_t)k >= sizeof(buf) - pos)
                         break;
                 pos += (size_t)k;
@@ -1682,6 +1702,8 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
         m->entry_timeout = o->entry_timeout >= 0 ? o->entry_timeout : 1.0;
         m->attr_timeout = o->attr_timeout >= 0 ? o->attr_timeout : 1.0;
         m->max_threads = o->max_threads ? o->max_threads : 8;
+        const char *stats = getenv("NTFS_FUSE_STATS");
+        m->time_ops = stats && *stats;
         m->on_exit = o->on_exit;
         m->on_exit_ud = o->on_exit_ud;
         m->on_fsync = o->on_fsync;

@@ -20,7 +20,8 @@
  *                    into the INIT reply (libfuse 3.14 drops them, see below)
  *   prealloc=MIB     fault in MIB of data blocks before mounting, so that
  *                    first-touch page clearing is not timed (default 0)
- *   stats=PATH       at exit, write one "OPCODE COUNT" line per request type
+ *   stats=PATH       at exit, write one "OPCODE COUNT NS" line per request type
+ *                    (NS: the handlers' total time, request read to reply)
  *   default_permissions  let the kernel check modes (default: the daemon does)
  * Any other -o option goes to libfuse (allow_other, fsname, ...).
  *
@@ -132,12 +133,17 @@ struct floor {
         uint32_t extra_flags;
         atomic_bool init_seen;
         atomic_uint_fast64_t counts[OPC__MAX];
+        atomic_uint_fast64_t ns[OPC__MAX]; /* with stats: from reading a request to its reply */
 };
 
 static struct floor F;
 static char zero_block[BLK_SIZE];
 
-#define COUNT(op) atomic_fetch_add_explicit(&F.counts[op], 1, memory_order_relaxed)
+/* The request this worker read and when (stats=PATH only): its handler
+ * names the type (COUNT), the reply (io_writev, same thread) adds the time. */
+static __thread struct timespec tls_start;
+static __thread int tls_op = -1;
+#define COUNT(op) (atomic_fetch_add_explicit(&F.counts[op], 1, memory_order_relaxed), tls_op = (op))
 #define WRLOCK() pthread_rwlock_wrlock(&F.lock)
 #define RDLOCK() pthread_rwlock_rdlock(&F.lock)
 #define UNLOCK() pthread_rwlock_unlock(&F.lock)
@@ -451,7 +457,13 @@ static void kill_priv(fuse_req_t req, struct node *n, bool always) {
 
 /* ---- init / io ------------------------------------------------------- */
 
-static ssize_t io_read(int fd, void *buf, size_t len, void *ud) { return read(fd, buf, len); }
+static ssize_t io_read(int fd, void *buf, size_t len, void *ud) {
+        ssize_t r = read(fd, buf, len);
+        tls_op = -1;
+        if (F.stats)
+                clock_gettime(CLOCK_MONOTONIC, &tls_start);
+        return r;
+}
 
 /* libfuse 3.14 computes the INIT reply flags from conn->want but has no line
  * for FUSE_CAP_PARALLEL_DIROPS or FUSE_CAP_HANDLE_KILLPRIV (fixed in later
@@ -466,6 +478,13 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *ud) {
                 struct fuse_init_out *io = iov[1].iov_base;
                 if (oh->error == 0)
                         io->flags |= F.extra_flags;
+        }
+        if (F.stats && tls_op >= 0) {
+                struct timespec now;
+                clock_gettime(CLOCK_MONOTONIC, &now);
+                int64_t ns = (now.tv_sec - tls_start.tv_sec) * 1000000000LL + (now.tv_nsec - tls_start.tv_nsec);
+                atomic_fetch_add_explicit(&F.ns[tls_op], (uint_fast64_t)ns, memory_order_relaxed);
+                tls_op = -1;
         }
         return writev(fd, iov, count);
 }
@@ -1456,7 +1475,8 @@ static void write_stats(void) {
                 return;
         }
         for (int i = 0; i < OPC__MAX; i++)
-                fprintf(f, "%s %llu\n", st_names[i], (unsigned long long)atomic_load(&F.counts[i]));
+                fprintf(f, "%s %llu %llu\n", st_names[i], (unsigned long long)atomic_load(&F.counts[i]),
+                        (unsigned long long)atomic_load(&F.ns[i]));
         if (fclose(f) != 0)
                 fprintf(stderr, "fusefloor: %s: %m\n", F.stats);
 }

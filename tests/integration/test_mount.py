@@ -417,9 +417,11 @@ def _cold_sequential_read_count(mounter, store_dir, scratch, monkeypatch, name, 
         os.close(fd)
     assert got == data
     m.stop()
-    with open(stats) as f:
-        counts = dict(line.split() for line in f if line.strip())
-    return ra, int(counts.get("READ", 0))
+    with open(stats) as f:  # "OPCODE COUNT NS": requests, handlers' total time
+        rows = {w[0]: (int(w[1]), int(w[2])) for w in (line.split() for line in f) if w}
+    reads, read_ns = rows.get("READ", (0, 0))
+    assert read_ns > 0 or reads == 0
+    return ra, reads
 
 
 def test_sequential_read_is_1mib_requests(mounter, store_dir, scratch, monkeypatch):
