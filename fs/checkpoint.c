@@ -493,7 +493,7 @@ static int serialize_links(ntfs_store *st, uint64_t wsid, const ntfs_hash *old, 
                 uint8_t kk[16];
                 key2(kk, wsid, items[i].ino);
                 if (items[i].rec.nlink == 0) {
-                        if ((r = db_del(st, st->ino, kk, 16)) < 0 && r != -ENOENT)
+                        if ((r = ino_del(st, wsid, items[i].ino)) < 0 && r != -ENOENT)
                                 return r;
                         if ((r = chunks_drop(st, wsid, items[i].ino, 0)) < 0)
                                 return r;

@@ -241,6 +241,7 @@ int ntfs_gc(ntfs_store *st, const ntfs_hash *extra_roots, size_t n_extra, struct
         if (r == 0 && w.problems)
                 r = -NTFS_ECORRUPT; /* never sweep a store with missing objects */
         if (r == 0) {
+                st->empty_file_ok = false; /* the sweep may remove it */
                 MDB_cursor *cur;
                 int rc = mdb_cursor_open(st->txn, st->obj, &cur);
                 if (rc)

@@ -97,6 +97,51 @@ int object_check(const void *data, size_t len, int (*ref)(const ntfs_hash *, voi
 
 /* ---- the store ---------------------------------------------------------- */
 
+/* Session record: value of the sess database, key = name. */
+struct sess_rec {
+        uint32_t version;
+        uint32_t flags;
+        uint64_t wsid;
+        uint64_t next_ino;
+        uint64_t next_linkid;
+        ntfs_hash head, floor;
+        int64_t created;
+        uint64_t bytes, inodes;
+        uint64_t quota_bytes, quota_inodes;
+        uint64_t reflog_seq;
+};
+
+/* Inode record: value of the ino database, key (wsid, ino). */
+struct ino_rec {
+        uint32_t mode, uid, gid, nlink;
+        uint64_t size, rdev;
+        int64_t atime, mtime, ctime;
+        uint64_t parent; /* directories and unlinked files: the containing dir */
+        uint64_t linkid; /* != 0: member of a hard-link group */
+        uint32_t flags;
+        uint32_t base_nchunks; /* leading chunks of base content still valid */
+        ntfs_hash base;        /* tree / file object / symlink blob */
+        ntfs_hash xattr;       /* base xattr set, when !(flags & INO_XMAT) */
+};
+enum {
+        INO_DIRTY = 1 << 0, /* differs from base: must be serialized at checkpoint */
+        INO_XMAT = 1 << 1,  /* xattrs live in the xattr db, not in ->xattr */
+        INO_ORPHAN = 1 << 2 /* nlink 0, kept while the kernel knows it */
+};
+
+/* The inode cache (struct ntfs_store.icache): a direct-mapped copy of
+ * recent ino records, written through by ino_put (ws.c). */
+#define INO_CACHE_SLOTS 16384
+struct ino_cache_slot {
+        uint64_t wsid, ino; /* ino 0: empty */
+        struct ino_rec rec;
+};
+
+/* The name-hash cache (struct ntfs_store.nhcache): slots, and the longest
+ * name kept (longer names are hashed every time). */
+#define NAME_HASH_CACHE_SLOTS 1024
+#define NAME_HASH_CACHE_NAME 55
+
 struct ws_list;
 struct wsdata;
 struct wsdata_job;
@@ -133,39 +178,29 @@ struct ntfs_store {
         size_t noldmaps;
         struct wsdata_job *jobs; /* slots freed by the batch, run when it commits */
         size_t njobs, jobs_cap;
+        /* The last session record read or written (every ws call reads its
+         * session's): a copy of what the batch holds, dropped when the
+         * batch is aborted or the session deleted (sess_get, sess_put). */
+        bool scache_valid;
+        char scache_name[NTFS_NAME_MAX + 1];
+        struct sess_rec scache_rec;
+        /* Name hashes (SHA-256 based, name_hash) of recent names: a LOOKUP,
+         * the MKNOD and the UNLINK of one name hash it once; readdir seeds
+         * it. Direct-mapped by a cheap hash; see store_name_hash(). */
+        struct name_hash_slot {
+                uint64_t h;
+                uint8_t len; /* 0: empty */
+                char name[NAME_HASH_CACHE_NAME];
+        } *nhcache;
+        ntfs_hash empty_tree; /* the empty tree object's hash */
+        ntfs_hash empty_file; /* the empty file object's hash */
+        bool empty_file_ok;   /* it is in obj (put in this batch or before; gc and aborts clear it) */
+        /* Copies of the batch's ino records (ino_get, ino_put, ino_del in
+         * ws.c): every call reads several. Emptied when the batch is
+         * aborted or a working state's records are deleted wholesale. */
+        struct ino_cache_slot *icache;
 };
 
-/* Inode record: value of the ino database, key (wsid, ino). */
-struct ino_rec {
-        uint32_t mode, uid, gid, nlink;
-        uint64_t size, rdev;
-        int64_t atime, mtime, ctime;
-        uint64_t parent; /* directories and unlinked files: the containing dir */
-        uint64_t linkid; /* != 0: member of a hard-link group */
-        uint32_t flags;
-        uint32_t base_nchunks; /* leading chunks of base content still valid */
-        ntfs_hash base;        /* tree / file object / symlink blob */
-        ntfs_hash xattr;       /* base xattr set, when !(flags & INO_XMAT) */
-};
-enum {
-        INO_DIRTY = 1 << 0, /* differs from base: must be serialized at checkpoint */
-        INO_XMAT = 1 << 1,  /* xattrs live in the xattr db, not in ->xattr */
-        INO_ORPHAN = 1 << 2 /* nlink 0, kept while the kernel knows it */
-};
-
-/* Session record: value of the sess database, key = name. */
-struct sess_rec {
-        uint32_t version;
-        uint32_t flags;
-        uint64_t wsid;
-        uint64_t next_ino;
-        uint64_t next_linkid;
-        ntfs_hash head, floor;
-        int64_t created;
-        uint64_t bytes, inodes;
-        uint64_t quota_bytes, quota_inodes;
-        uint64_t reflog_seq;
-};
 
 struct ntfs_ws {
         ntfs_store *st;
@@ -181,6 +216,13 @@ struct ntfs_ws {
         ntfs_hash view_commit;
         void (*inval_cb)(ntfs_ws *, void *);
         void *inval_ud;
+        /* Inodes the kernel forgot, not yet looked at (ntfs_ws_forget):
+         * the flusher frees the unlinked ones in one pass, so that a FORGET
+         * (one per rm'd file) does not contend for the store lock with the
+         * requests that follow it. fq_lock guards the three fields. */
+        pthread_mutex_t fq_lock;
+        uint64_t *fq;
+        size_t fq_n, fq_cap;
 };
 
 /* Locking and the batch transaction (store.c). Every public function calls
@@ -194,6 +236,14 @@ int store_commit_locked(ntfs_store *st, bool durable);
 /* Commits the batch (not durably) and begins a new one, so that a failing
  * operation can abort its own writes without losing earlier ones. */
 int store_fresh_txn(ntfs_store *st);
+/* What store_leave does before unlocking: commits a broken (to abort it)
+ * or oversized batch, unmaps replaced data file mappings. */
+void store_settle_locked(ntfs_store *st);
+/* Begins the batch if none is open (lock held). */
+int store_txn_begin(ntfs_store *st);
+/* Frees the unlinked inodes among those the kernel forgot (lock held;
+ * ws.c, called by the flusher). */
+void ws_forget_drain_all(ntfs_store *st);
 /* Runs invalidate callbacks that a rollback queued (call without the lock). */
 void store_run_invalidations(ntfs_store *st);
 
@@ -210,6 +260,14 @@ int obj_get_typed(ntfs_store *st, const ntfs_hash *h, uint8_t type, MDB_val *ret
 
 int sess_get(ntfs_store *st, const char *name, struct sess_rec *ret);
 int sess_put(ntfs_store *st, const char *name, const struct sess_rec *r);
+int sess_del(ntfs_store *st, const char *name);
+/* Drops every cached copy of a batch record (session, inodes): after an
+ * abort, or a bulk delete that bypassed ino_del. */
+void store_caches_drop(ntfs_store *st);
+/* name_hash(name, len) through the store's cache (lock held); _known
+ * records a hash read from a directory entry. */
+uint64_t store_name_hash(ntfs_store *st, const char *name, size_t len);
+void store_name_hash_known(ntfs_store *st, const char *name, size_t len, uint64_t h);
 int reflog_append(ntfs_store *st, const char *name, struct sess_rec *r, const ntfs_hash *old_head,
                   const ntfs_hash *new_head, const char *op);
 int commit_load(ntfs_store *st, const ntfs_hash *id, struct commit_obj *ret);
@@ -289,6 +347,8 @@ int wsdata_check(ntfs_store *st, void (*cb)(const char *problem, void *), void *
 /* ws.c */
 int ino_get(ntfs_store *st, uint64_t wsid, uint64_t ino, struct ino_rec *ret);
 int ino_put(ntfs_store *st, uint64_t wsid, uint64_t ino, const struct ino_rec *r);
+/* Deletes an ino record (-ENOENT when there is none). */
+int ino_del(ntfs_store *st, uint64_t wsid, uint64_t ino);
 /* Creates the root inode of a new working state from a commit. */
 int ws_init_from_commit(ntfs_store *st, uint64_t wsid, const struct commit_obj *c);
 void ino_from_entry(const struct tree_entry *e, struct ino_rec *r);

@@ -104,11 +104,14 @@ static int txn_begin(ntfs_store *st) {
         return 0;
 }
 
+int store_txn_begin(ntfs_store *st) { return txn_begin(st); }
+
 void store_abort_locked(ntfs_store *st) {
         if (st->txn) {
                 mdb_txn_abort(st->txn);
                 st->txn = NULL;
         }
+        store_caches_drop(st); /* they may hold records of the lost batch */
         wsdata_aborted(st);
 }
 
@@ -129,6 +132,7 @@ int store_commit_locked(ntfs_store *st, bool durable) {
                 int rc = mdb_txn_commit(st->txn);
                 st->txn = NULL;
                 if (rc) {
+                        store_caches_drop(st);
                         wsdata_aborted(st);
                         return lmdb_err(rc);
                 }
@@ -159,13 +163,17 @@ int store_enter(ntfs_store *st) {
         return r;
 }
 
-void store_leave(ntfs_store *st) {
+void store_settle_locked(ntfs_store *st) {
         if (st->txn && (st->txn_broken || st->txn_bytes > BATCH_MAX_BYTES)) {
                 int r = store_commit_locked(st, false);
                 if (r < 0)
                         log_warn("store: batch commit failed: %s", ntfs_strerror(r));
         }
         wsdata_leave(st); /* no pointer into a replaced mapping is left */
+}
+
+void store_leave(ntfs_store *st) {
+        store_settle_locked(st);
         /* Invalidation callbacks run only in the thread that replaced the
          * state (ntfs_rollback), never here: a FUSE worker leaving the store
          * must not notify the kernel while its own request holds a lock. */
@@ -210,6 +218,9 @@ static void *flusher_main(void *arg) {
                         ts.tv_nsec -= 1000000000L;
                 }
                 pthread_cond_timedwait(&st->cond, &st->lock, &ts);
+                if (st->stopping)
+                        break;
+                ws_forget_drain_all(st);
                 if (st->txn && ntfs_mono_ns() - st->txn_started > NTFS_STORE_FLUSH_MS * 1000000LL) {
                         wsdata_presync_unlocked(st);
                         if (!st->txn || st->stopping ||
@@ -331,9 +342,34 @@ int commit_load(ntfs_store *st, const ntfs_hash *id, struct commit_obj *ret) {
 
 /* ---- sessions ------------------------------------------------------------------ */
 
+void store_caches_drop(ntfs_store *st) {
+        st->scache_valid = false;
+        st->empty_file_ok = false;
+        for (size_t i = 0; i < INO_CACHE_SLOTS; i++)
+                st->icache[i].ino = 0;
+}
+
+/* The session cache holds the record the batch has for one name: set by a
+ * read or a successful write, dropped by a failed write (the batch will be
+ * aborted), a deletion, and any abort or failed commit. */
+static void scache_set(ntfs_store *st, const char *name, const struct sess_rec *r) {
+        size_t n = strlen(name);
+        if (n >= sizeof st->scache_name) {
+                st->scache_valid = false;
+                return;
+        }
+        memcpy(st->scache_name, name, n + 1);
+        st->scache_rec = *r;
+        st->scache_valid = true;
+}
+
 int sess_get(ntfs_store *st, const char *name, struct sess_rec *ret) {
         if (!ntfs_name_valid(name))
                 return -NTFS_EINVALNAME;
+        if (st->scache_valid && strcmp(st->scache_name, name) == 0) {
+                *ret = st->scache_rec;
+                return 0;
+        }
         MDB_val v;
         int r = db_get(st, st->sess, name, strlen(name), &v);
         if (r == -ENOENT)
@@ -343,11 +379,55 @@ int sess_get(ntfs_store *st, const char *name, struct sess_rec *ret) {
         if (v.mv_size != sizeof *ret)
                 return -NTFS_ECORRUPT;
         memcpy(ret, v.mv_data, sizeof *ret);
+        scache_set(st, name, ret);
         return 0;
 }
 
 int sess_put(ntfs_store *st, const char *name, const struct sess_rec *r) {
-        return db_put(st, st->sess, name, strlen(name), r, sizeof *r);
+        int rc = db_put(st, st->sess, name, strlen(name), r, sizeof *r);
+        if (rc < 0)
+                st->scache_valid = false;
+        else
+                scache_set(st, name, r);
+        return rc;
+}
+
+int sess_del(ntfs_store *st, const char *name) {
+        st->scache_valid = false;
+        return db_del(st, st->sess, name, strlen(name));
+}
+
+/* ---- name hashes ---------------------------------------------------------------- */
+
+static size_t nh_slot(const char *name, size_t len) {
+        uint64_t x = 0xcbf29ce484222325ULL; /* FNV-1a: only picks the slot */
+        for (size_t i = 0; i < len; i++) {
+                x ^= (unsigned char)name[i];
+                x *= 0x100000001b3ULL;
+        }
+        return (size_t)(x >> 32) & (NAME_HASH_CACHE_SLOTS - 1);
+}
+
+void store_name_hash_known(ntfs_store *st, const char *name, size_t len, uint64_t h) {
+        if (len == 0 || len > NAME_HASH_CACHE_NAME)
+                return;
+        struct name_hash_slot *s = &st->nhcache[nh_slot(name, len)];
+        s->h = h;
+        s->len = (uint8_t)len;
+        memcpy(s->name, name, len);
+}
+
+uint64_t store_name_hash(ntfs_store *st, const char *name, size_t len) {
+        if (len == 0 || len > NAME_HASH_CACHE_NAME)
+                return name_hash(name, len);
+        struct name_hash_slot *s = &st->nhcache[nh_slot(name, len)];
+        if (s->len == len && memcmp(s->name, name, len) == 0)
+                return s->h;
+        uint64_t h = name_hash(name, len);
+        s->h = h;
+        s->len = (uint8_t)len;
+        memcpy(s->name, name, len);
+        return h;
 }
 
 struct reflog_rec {
@@ -394,6 +474,7 @@ int wsid_retire(ntfs_store *st, uint64_t wsid) {
 static int wsid_purge(ntfs_store *st, uint64_t wsid) {
         uint8_t k[8];
         ntfs_put_be64(k, wsid);
+        store_caches_drop(st); /* its ino records go */
         MDB_dbi dbis[] = { st->ino, st->dent, st->chunk, st->xattr, st->lmap, st->dlink, st->orph };
         for (size_t i = 0; i < ARRAY_SIZE(dbis); i++) {
                 int r = db_del_prefix(st, dbis[i], k, 8);
@@ -522,6 +603,10 @@ int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_st
         if (!st)
                 return -ENOMEM;
         st->lock_fd = -1;
+        static const uint8_t empty_tree[5] = { OBJ_TREE, 0, 0, 0, 0 };
+        ntfs_sha256(empty_tree, sizeof empty_tree, st->empty_tree.b);
+        static const uint8_t empty_file[13] = { OBJ_FILE };
+        ntfs_sha256(empty_file, sizeof empty_file, st->empty_file.b);
         char path[PATH_MAX];
         if (snprintf(path, sizeof path, "%s/lock", dir) >= (int)sizeof path)
                 return -ENAMETOOLONG;
@@ -534,6 +619,14 @@ int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_st
         st->dir = realpath(dir, NULL);
         if (!st->dir)
                 return -errno;
+        st->nhcache = calloc(NAME_HASH_CACHE_SLOTS, sizeof *st->nhcache);
+        st->icache = calloc(INO_CACHE_SLOTS, sizeof *st->icache);
+        if (!st->nhcache || !st->icache) {
+                free(st->icache);
+                free(st->nhcache);
+                free(st->dir);
+                return -ENOMEM;
+        }
         st->map_bytes = o.initial_map_bytes ? o.initial_map_bytes : DEFAULT_MAP_BYTES;
         st->reserve_bytes = o.reserve_bytes ? o.reserve_bytes : DEFAULT_RESERVE;
         pthread_mutex_init(&st->lock, NULL);
@@ -543,6 +636,8 @@ int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_st
         int r;
         int rc = mdb_env_create(&st->env);
         if (rc) {
+                free(st->icache);
+                free(st->nhcache);
                 free(st->dir);
                 return lmdb_err(rc);
         }
@@ -586,6 +681,8 @@ int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_st
 fail:
         wsdata_close_all(st);
         mdb_env_close(st->env);
+        free(st->icache);
+        free(st->nhcache);
         free(st->dir);
         return r;
 }
@@ -613,6 +710,8 @@ void ntfs_store_close(ntfs_store *st) {
         pthread_mutex_destroy(&st->lock);
         pthread_mutex_destroy(&st->inval_lock);
         pthread_cond_destroy(&st->cond);
+        free(st->icache);
+        free(st->nhcache);
         free(st->dir);
         free(st);
 }
@@ -1066,7 +1165,7 @@ int ntfs_session_end(ntfs_store *st, const char *name) {
                 if (w->session && strcmp(w->session, name) == 0)
                         r = -EBUSY;
         if (r == 0)
-                r = db_del(st, st->sess, name, strlen(name));
+                r = sess_del(st, name);
         if (r == 0)
                 r = wsid_retire(st, sr.wsid);
         /* session-scoped tags and the reflog go with it */

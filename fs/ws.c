@@ -23,6 +23,7 @@
 #include "common/cleanup.h"
 #include "common/err.h"
 #include "common/fault.h"
+#include "common/log.h"
 #include "fs/store-internal.h"
 #include "common/banned.h"
 
@@ -56,7 +57,19 @@ struct ws_hdr {
         uint64_t view_next_ino;
 };
 
+/* The inode cache slot of (wsid, ino); ino 0 (the working state's
+ * header record) is never cached. */
+static struct ino_cache_slot *icache_slot(ntfs_store *st, uint64_t wsid, uint64_t ino) {
+        uint64_t x = (ino ^ (wsid << 40) ^ (wsid >> 24)) * 0x9e3779b97f4a7c15ULL;
+        return &st->icache[(x >> 32) & (INO_CACHE_SLOTS - 1)];
+}
+
 int ino_get(ntfs_store *st, uint64_t wsid, uint64_t ino, struct ino_rec *ret) {
+        struct ino_cache_slot *cs = icache_slot(st, wsid, ino);
+        if (ino && cs->ino == ino && cs->wsid == wsid) {
+                *ret = cs->rec;
+                return 0;
+        }
         uint8_t k[16];
         key2(k, wsid, ino);
         MDB_val v;
@@ -68,13 +81,37 @@ int ino_get(ntfs_store *st, uint64_t wsid, uint64_t ino, struct ino_rec *ret) {
         if (v.mv_size != sizeof *ret)
                 return -NTFS_ECORRUPT;
         memcpy(ret, v.mv_data, sizeof *ret);
+        if (ino) {
+                cs->wsid = wsid;
+                cs->ino = ino;
+                cs->rec = *ret;
+        }
         return 0;
 }
 
 int ino_put(ntfs_store *st, uint64_t wsid, uint64_t ino, const struct ino_rec *r) {
         uint8_t k[16];
         key2(k, wsid, ino);
-        return db_put(st, st->ino, k, 16, r, sizeof *r);
+        int rc = db_put(st, st->ino, k, 16, r, sizeof *r);
+        struct ino_cache_slot *cs = icache_slot(st, wsid, ino);
+        if (rc < 0 || !ino) {
+                if (cs->ino == ino && cs->wsid == wsid)
+                        cs->ino = 0;
+        } else {
+                cs->wsid = wsid;
+                cs->ino = ino;
+                cs->rec = *r;
+        }
+        return rc;
+}
+
+int ino_del(ntfs_store *st, uint64_t wsid, uint64_t ino) {
+        struct ino_cache_slot *cs = icache_slot(st, wsid, ino);
+        if (cs->ino == ino && cs->wsid == wsid)
+                cs->ino = 0;
+        uint8_t k[16];
+        key2(k, wsid, ino);
+        return db_del(st, st->ino, k, 16);
 }
 
 static int hdr_get(ntfs_store *st, uint64_t wsid, struct ws_hdr *ret) {
@@ -132,29 +169,24 @@ struct ctx {
         uint64_t wsid;
         struct sess_rec sr; /* sessions only */
         bool sr_changed;
-        /* The last names hashed in this call (an unlink hashes its name to
-         * find it, to ask the base about it and to delete it; a hash is a
-         * SHA-256): by address, valid for the call. */
-        struct {
-                const char *name;
-                size_t len;
-                uint64_t h;
-        } nh[2];
-        unsigned nh_next;
 };
 
-/* Tells the call name's hash, known from a directory entry. */
-static void ctx_name_known(struct ctx *c, const char *name, size_t len, uint64_t h) {
-        c->nh[c->nh_next++ % ARRAY_SIZE(c->nh)] = (__typeof__(c->nh[0])){ name, len, h };
+/* A name's hash (a SHA-256) through the store's cache: a LOOKUP, the
+ * MKNOD after it and an UNLINK hash one name once (an unlink needs it to
+ * find the name, to ask the base about it and to delete it). */
+static uint64_t ctx_name_hash(struct ctx *c, const char *name, size_t len) {
+        return store_name_hash(c->st, name, len);
 }
 
-static uint64_t ctx_name_hash(struct ctx *c, const char *name, size_t len) {
-        for (size_t i = 0; i < ARRAY_SIZE(c->nh); i++)
-                if (c->nh[i].name == name && c->nh[i].len == len)
-                        return c->nh[i].h;
-        uint64_t h = name_hash(name, len);
-        ctx_name_known(c, name, len, h);
-        return h;
+/* Tells the name's hash, known from a directory entry. */
+static void ctx_name_known(struct ctx *c, const char *name, size_t len, uint64_t h) {
+        store_name_hash_known(c->st, name, len, h);
+}
+
+/* Is this base (a directory's) the empty tree, or none? Then it has no
+ * entries, and no object needs reading to know it. */
+static bool base_empty(struct ctx *c, const ntfs_hash *base) {
+        return ntfs_hash_is_zero(base) || memcmp(base->b, c->st->empty_tree.b, NTFS_HASH_LEN) == 0;
 }
 
 static int ctx_enter(ntfs_ws *ws, struct ctx *c, bool write) {
@@ -162,8 +194,6 @@ static int ctx_enter(ntfs_ws *ws, struct ctx *c, bool write) {
         c->ws = ws;
         c->write = write;
         c->sr_changed = false;
-        memset(c->nh, 0, sizeof c->nh);
-        c->nh_next = 0;
         int r = store_enter(ws->st);
         if (r < 0)
                 return r;
@@ -331,7 +361,7 @@ static int child_get(struct ctx *c, uint64_t dir, const struct ino_rec *drec, co
         }
         if (r != -ENOENT)
                 return r;
-        if (ntfs_hash_is_zero(&drec->base))
+        if (base_empty(c, &drec->base))
                 return -ENOENT;
         MDB_val tv_val;
         if ((r = obj_get_typed(c->st, &drec->base, OBJ_TREE, &tv_val)) < 0)
@@ -390,7 +420,7 @@ static int child_get(struct ctx *c, uint64_t dir, const struct ino_rec *drec, co
 /* Does the base tree of dir hold name? (then removal needs a whiteout) */
 static int base_has(struct ctx *c, const struct ino_rec *drec, const char *name, bool *ret) {
         *ret = false;
-        if (ntfs_hash_is_zero(&drec->base))
+        if (base_empty(c, &drec->base))
                 return 0;
         MDB_val v;
         int r = obj_get_typed(c->st, &drec->base, OBJ_TREE, &v);
@@ -452,8 +482,21 @@ static int ws_new(ntfs_store *st, ntfs_ws **ret) {
         if (!ws)
                 return -ENOMEM;
         ws->st = st;
+        pthread_mutex_init(&ws->fq_lock, NULL);
         *ret = ws;
         return 0;
+}
+
+/* Opens the batch if needed (lock held); false if it cannot be. */
+static bool txn_ok(ntfs_store *st) { return store_txn_begin(st) == 0; }
+
+static void forget_drain(ntfs_ws *ws);
+
+static void ws_free(ntfs_ws *ws) {
+        pthread_mutex_destroy(&ws->fq_lock);
+        free(ws->fq);
+        free(ws->session);
+        free(ws);
 }
 
 /* Purges inodes that were unlinked while open by a previous mount. */
@@ -468,12 +511,11 @@ int ntfs_ws_open(ntfs_store *st, const char *session, ntfs_ws **ret) {
                 return r;
         ws->session = strdup(session);
         if (!ws->session) {
-                free(ws);
+                ws_free(ws);
                 return -ENOMEM;
         }
         if ((r = store_enter(st)) < 0) {
-                free(ws->session);
-                free(ws);
+                ws_free(ws);
                 return r;
         }
         struct sess_rec sr;
@@ -488,8 +530,7 @@ int ntfs_ws_open(ntfs_store *st, const char *session, ntfs_ws **ret) {
         }
         store_leave(st);
         if (r < 0) {
-                free(ws->session);
-                free(ws);
+                ws_free(ws);
         }
         return r;
 }
@@ -501,7 +542,7 @@ int ntfs_ws_open_view(ntfs_store *st, const char *ref, ntfs_ws **ret) {
                 return r;
         ws->readonly = true;
         if ((r = store_enter(st)) < 0) {
-                free(ws);
+                ws_free(ws);
                 return r;
         }
         struct commit_obj c;
@@ -529,7 +570,7 @@ int ntfs_ws_open_view(ntfs_store *st, const char *ref, ntfs_ws **ret) {
         }
         store_leave(st);
         if (r < 0)
-                free(ws);
+                ws_free(ws);
         return r;
 }
 
@@ -538,6 +579,12 @@ void ntfs_ws_close(ntfs_ws *ws) {
                 return;
         ntfs_store *st = ws->st;
         pthread_mutex_lock(&st->lock);
+        /* forgotten inodes not yet looked at: freed now if possible, else
+         * (no batch) purged as orphans at the next open */
+        if (ws->fq_n && txn_ok(st)) {
+                forget_drain(ws);
+                store_settle_locked(st);
+        }
         for (ntfs_ws **p = &st->wss; *p; p = &(*p)->next)
                 if (*p == ws) {
                         *p = ws->next;
@@ -561,8 +608,7 @@ void ntfs_ws_close(ntfs_ws *ws) {
                 }
         }
         pthread_mutex_unlock(&st->lock);
-        free(ws->session);
-        free(ws);
+        ws_free(ws);
 }
 
 bool ntfs_ws_readonly(const ntfs_ws *ws) { return ws->readonly; }
@@ -1079,16 +1125,18 @@ static int create_node(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t 
                         r = obj_put(c.st, empty, sizeof empty, &rec.base);
                 }
                 if (r == 0 && S_ISREG(mode)) {
+                        /* the empty file object, put once (its hash is
+                         * known; obj_put would hash it every time) */
                         static const uint8_t empty[13] = { OBJ_FILE };
-                        r = obj_put(c.st, empty, sizeof empty, &rec.base);
+                        if (!c.st->empty_file_ok && (r = obj_put(c.st, empty, sizeof empty, &rec.base)) == 0)
+                                c.st->empty_file_ok = true;
+                        rec.base = c.st->empty_file;
                 }
                 ino = ino_alloc(&c);
         }
         if (r == 0)
                 r = NTFS_FAULT("store.create");
-        if (r == 0)
-                r = ino_put(c.st, c.wsid, ino, &rec);
-        if (r == 0)
+        if (r == 0) /* writes rec, with DIRTY set */
                 r = mark_dirty(&c, ino, &rec);
         if (r == 0)
                 r = dent_set(&c, parent, name, ino, mode);
@@ -1162,11 +1210,13 @@ static int ino_free(struct ctx *c, uint64_t ino, const struct ino_rec *rec) {
         uint8_t k[16];
         key2(k, c->wsid, ino);
         int r = chunks_drop(c->st, c->wsid, ino, 0);
-        if (r >= 0)
+        /* xattr rows exist only once materialized, dlink rows only for
+         * hard-link group members */
+        if (r >= 0 && (rec->flags & INO_XMAT))
                 r = db_del_prefix(c->st, c->st->xattr, k, 16);
         if (r >= 0 && S_ISDIR(rec->mode))
                 r = db_del_prefix(c->st, c->st->dent, k, 16);
-        if (r >= 0) {
+        if (r >= 0 && rec->linkid) {
                 r = db_del(c->st, c->st->dlink, k, 16);
                 if (r == -ENOENT)
                         r = 0;
@@ -1193,7 +1243,7 @@ static int ino_free(struct ctx *c, uint64_t ino, const struct ino_rec *rec) {
                 }
         }
         if (r >= 0)
-                r = db_del(c->st, c->st->ino, k, 16);
+                r = ino_del(c->st, c->wsid, ino);
         return r < 0 ? r : 0;
 }
 
@@ -1512,7 +1562,7 @@ static int dir_collect(struct ctx *c, uint64_t dir, const struct ino_rec *drec, 
         int r;
         struct tree_view tv = { 0 };
         uint32_t ti = 0;
-        if (!ntfs_hash_is_zero(&drec->base)) {
+        if (!base_empty(c, &drec->base)) {
                 MDB_val v;
                 if ((r = obj_get_typed(c->st, &drec->base, OBJ_TREE, &v)) < 0)
                         return r;
@@ -1870,15 +1920,76 @@ int ntfs_ws_fsync(ntfs_ws *ws) {
         return r;
 }
 
+/* The kernel forgot ino: free it if it was the last trace of an unlinked
+ * inode (a hard-link group member waits for the checkpoint). Lock held. */
+static int forget_one_locked(struct ctx *c, uint64_t ino) {
+        struct ino_rec rec;
+        int r = ino_get(c->st, c->wsid, ino, &rec);
+        if (r == 0 && rec.nlink == 0 && !(rec.linkid && (rec.flags & INO_DIRTY)))
+                r = ino_free(c, ino, &rec);
+        return r == -ESTALE ? 0 : r;
+}
+
+#define FORGET_QUEUE_MAX 65536
+
 void ntfs_ws_forget(ntfs_ws *ws, uint64_t ino) {
+        /* With a flusher, queue it (ws_forget_drain_all); without one, or
+         * when the queue is full, look at it now. */
+        if (ws->st->flusher_running) {
+                bool queued = false;
+                pthread_mutex_lock(&ws->fq_lock);
+                if (ws->fq_n == ws->fq_cap && ws->fq_cap < FORGET_QUEUE_MAX) {
+                        size_t nc = ws->fq_cap ? ws->fq_cap * 2 : 256;
+                        uint64_t *nq = realloc(ws->fq, nc * sizeof *nq);
+                        if (nq) {
+                                ws->fq = nq;
+                                ws->fq_cap = nc;
+                        }
+                }
+                if (ws->fq_n < ws->fq_cap) {
+                        ws->fq[ws->fq_n++] = ino;
+                        queued = true;
+                }
+                pthread_mutex_unlock(&ws->fq_lock);
+                if (queued)
+                        return;
+        }
         struct ctx c;
         if (ctx_enter(ws, &c, false) < 0)
                 return;
-        struct ino_rec rec;
-        int r = ino_get(c.st, c.wsid, ino, &rec);
-        if (r == 0 && rec.nlink == 0 && !(rec.linkid && (rec.flags & INO_DIRTY)))
-                r = ino_free(&c, ino, &rec);
-        ctx_leave(&c, r);
+        ctx_leave(&c, forget_one_locked(&c, ino));
+}
+
+/* Looks at ws's queued forgets (store lock held, batch open). A failure
+ * leaves the rest as orphans: purged at the next open. */
+static void forget_drain(ntfs_ws *ws) {
+        pthread_mutex_lock(&ws->fq_lock);
+        uint64_t *q = ws->fq;
+        size_t n = ws->fq_n;
+        ws->fq = NULL;
+        ws->fq_n = ws->fq_cap = 0;
+        pthread_mutex_unlock(&ws->fq_lock);
+        struct ctx c = { .st = ws->st, .ws = ws, .wsid = ws->wsid };
+        int r = 0;
+        for (size_t i = 0; i < n && r >= 0; i++)
+                r = forget_one_locked(&c, q[i]);
+        if (r < 0)
+                log_debug("ws: freeing forgotten inodes failed: %s", ntfs_strerror(r));
+        free(q);
+}
+
+void ws_forget_drain_all(ntfs_store *st) {
+        bool any = false;
+        for (ntfs_ws *w = st->wss; w && !any; w = w->next) {
+                pthread_mutex_lock(&w->fq_lock);
+                any = w->fq_n > 0;
+                pthread_mutex_unlock(&w->fq_lock);
+        }
+        if (!any || !txn_ok(st))
+                return;
+        for (ntfs_ws *w = st->wss; w; w = w->next)
+                forget_drain(w);
+        store_settle_locked(st); /* as store_leave */
 }
 
 static int purge_orphans(ntfs_store *st, uint64_t wsid) {
