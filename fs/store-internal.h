@@ -182,6 +182,7 @@ struct ntfs_store {
          * session's): a copy of what the batch holds, dropped when the
          * batch is aborted or the session deleted (sess_get, sess_put). */
         bool scache_valid;
+        bool scache_dirty; /* newer than the batch's copy (sess_put_lazy) */
         char scache_name[NTFS_NAME_MAX + 1];
         struct sess_rec scache_rec;
         /* Name hashes (SHA-256 based, name_hash) of recent names: a LOOKUP,
@@ -261,6 +262,13 @@ int obj_get_typed(ntfs_store *st, const ntfs_hash *h, uint8_t type, MDB_val *ret
 int sess_get(ntfs_store *st, const char *name, struct sess_rec *ret);
 int sess_put(ntfs_store *st, const char *name, const struct sess_rec *r);
 int sess_del(ntfs_store *st, const char *name);
+/* sess_put for a record sess_get just returned, from the ws calls (their
+ * counters): kept in the session copy and written at the next commit or
+ * sess_flush(). */
+int sess_put_lazy(ntfs_store *st, const char *name, const struct sess_rec *r);
+/* Writes a lazily put session record into the batch; before anything that
+ * reads the sess database directly (lists, gc). */
+int sess_flush(ntfs_store *st);
 /* Drops every cached copy of a batch record (session, inodes): after an
  * abort, or a bulk delete that bypassed ino_del. */
 void store_caches_drop(ntfs_store *st);

@@ -121,6 +121,8 @@ int store_commit_locked(ntfs_store *st, bool durable) {
                 if (st->txn_broken)
                         r = -EIO;
                 if (r == 0)
+                        r = sess_flush(st);
+                if (r == 0)
                         r = NTFS_FAULT("store.commit");
                 /* the slots the batch names reach the disk before it does */
                 if (r == 0)
@@ -344,6 +346,7 @@ int commit_load(ntfs_store *st, const ntfs_hash *id, struct commit_obj *ret) {
 
 void store_caches_drop(ntfs_store *st) {
         st->scache_valid = false;
+        st->scache_dirty = false;
         st->empty_file_ok = false;
         for (size_t i = 0; i < INO_CACHE_SLOTS; i++)
                 st->icache[i].ino = 0;
@@ -354,6 +357,7 @@ void store_caches_drop(ntfs_store *st) {
  * aborted), a deletion, and any abort or failed commit. */
 static void scache_set(ntfs_store *st, const char *name, const struct sess_rec *r) {
         size_t n = strlen(name);
+        st->scache_dirty = false;
         if (n >= sizeof st->scache_name) {
                 st->scache_valid = false;
                 return;
@@ -363,6 +367,19 @@ static void scache_set(ntfs_store *st, const char *name, const struct sess_rec *
         st->scache_valid = true;
 }
 
+int sess_flush(ntfs_store *st) {
+        if (!st->scache_valid || !st->scache_dirty)
+                return 0;
+        int rc = db_put(st, st->sess, st->scache_name, strlen(st->scache_name), &st->scache_rec,
+                        sizeof st->scache_rec);
+        if (rc < 0) {
+                st->scache_valid = false; /* the batch is broken: aborted at leave */
+                return rc;
+        }
+        st->scache_dirty = false;
+        return 0;
+}
+
 int sess_get(ntfs_store *st, const char *name, struct sess_rec *ret) {
         if (!ntfs_name_valid(name))
                 return -NTFS_EINVALNAME;
@@ -370,6 +387,9 @@ int sess_get(ntfs_store *st, const char *name, struct sess_rec *ret) {
                 *ret = st->scache_rec;
                 return 0;
         }
+        int r0 = sess_flush(st); /* the copy is about to hold another name */
+        if (r0 < 0)
+                return r0;
         MDB_val v;
         int r = db_get(st, st->sess, name, strlen(name), &v);
         if (r == -ENOENT)
@@ -384,6 +404,11 @@ int sess_get(ntfs_store *st, const char *name, struct sess_rec *ret) {
 }
 
 int sess_put(ntfs_store *st, const char *name, const struct sess_rec *r) {
+        if (!(st->scache_valid && strcmp(st->scache_name, name) == 0)) {
+                int r0 = sess_flush(st); /* another name's lazy record */
+                if (r0 < 0)
+                        return r0;
+        }
         int rc = db_put(st, st->sess, name, strlen(name), r, sizeof *r);
         if (rc < 0)
                 st->scache_valid = false;
@@ -392,7 +417,18 @@ int sess_put(ntfs_store *st, const char *name, const struct sess_rec *r) {
         return rc;
 }
 
+int sess_put_lazy(ntfs_store *st, const char *name, const struct sess_rec *r) {
+        if (!(st->scache_valid && strcmp(st->scache_name, name) == 0))
+                return sess_put(st, name, r);
+        st->scache_rec = *r;
+        st->scache_dirty = true;
+        return 0;
+}
+
 int sess_del(ntfs_store *st, const char *name) {
+        int r = sess_flush(st);
+        if (r < 0)
+                return r;
         st->scache_valid = false;
         return db_del(st, st->sess, name, strlen(name));
 }
@@ -1064,6 +1100,10 @@ int ntfs_session_list(ntfs_store *st, int (*cb)(const struct ntfs_session_info *
         struct ntfs_session_info *list = NULL;
         size_t n = 0, cap = 0;
         MDB_cursor *cur;
+        if ((r = sess_flush(st)) < 0) {
+                store_leave(st);
+                return r;
+        }
         int rc = mdb_cursor_open(st->txn, st->sess, &cur);
         if (rc)
                 r = lmdb_err(rc);

@@ -214,7 +214,7 @@ static int ctx_enter(ntfs_ws *ws, struct ctx *c, bool write) {
 
 static int ctx_leave(struct ctx *c, int r) {
         if (r >= 0 && c->sr_changed && c->ws->session) {
-                int r2 = sess_put(c->st, c->ws->session, &c->sr);
+                int r2 = sess_put_lazy(c->st, c->ws->session, &c->sr);
                 if (r2 < 0)
                         r = r2;
         }

@@ -1799,6 +1799,41 @@ TEST(aborted_batch_drops_cached_records) {
         rm_rf(tmpdir);
 }
 
+static int list_inodes_cb(const struct ntfs_session_info *si, void *ud) {
+        if (strcmp(si->name, "s") == 0)
+                *(uint64_t *)ud = si->inodes;
+        return 0;
+}
+
+/* The ws calls keep the session's counters in the store's copy and write
+ * them at the commit: a reopened store and a session list (which reads the
+ * sess database itself) see every create and unlink. */
+TEST(session_counters_reach_the_batch) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        struct ntfs_session_info si0, si;
+        ASSERT_OK(ntfs_session_get(st, "s", &si0));
+        mkfile(ws, NTFS_ROOT_INO, "a", "0123456789");
+        mkfile(ws, NTFS_ROOT_INO, "b", "x");
+        mkfile(ws, NTFS_ROOT_INO, "c", NULL);
+        ASSERT_OK(ntfs_ws_unlink(ws, NTFS_ROOT_INO, "b"));
+        uint64_t listed = 0;
+        ASSERT_OK(ntfs_session_list(st, list_inodes_cb, &listed));
+        ASSERT_EQ(listed, si0.inodes + 2);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        st = open_store();
+        ASSERT_OK(ntfs_session_get(st, "s", &si));
+        ASSERT_EQ(si.inodes, si0.inodes + 2);
+        ASSERT_EQ(si.bytes, si0.bytes + 10);
+        fsck_clean(st);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
 /* With the flusher running, the kernel's forget of an unlinked inode is
  * queued and the flusher frees it (within its 50 ms period); a linked
  * inode stays. */
@@ -1852,6 +1887,7 @@ int main(void) {
         RUN(io_error_leaves_store_consistent);
         RUN(aborted_batch_drops_cached_records);
         RUN(forget_queue_frees_unlinked_inodes);
+        RUN(session_counters_reach_the_batch);
         RUN(crash_points);
         RUN(working_data_files);
         RUN(store_layout_upgrade);
