@@ -269,8 +269,8 @@ int sess_put_lazy(ntfs_store *st, const char *name, const struct sess_rec *r);
 /* Writes a lazily put session record into the batch; before anything that
  * reads the sess database directly (lists, gc). */
 int sess_flush(ntfs_store *st);
-/* Drops every cached copy of a batch record (session, inodes): after an
- * abort, or a bulk delete that bypassed ino_del. */
+/* Drops every cached copy of a batch record (session, inodes), with any
+ * lazily kept session change: after an abort or a failed commit. */
 void store_caches_drop(ntfs_store *st);
 /* name_hash(name, len) through the store's cache (lock held); _known
  * records a hash read from a directory entry. */

@@ -344,12 +344,16 @@ int commit_load(ntfs_store *st, const ntfs_hash *id, struct commit_obj *ret) {
 
 /* ---- sessions ------------------------------------------------------------------ */
 
-void store_caches_drop(ntfs_store *st) {
-        st->scache_valid = false;
-        st->scache_dirty = false;
-        st->empty_file_ok = false;
+static void icache_drop(ntfs_store *st) {
         for (size_t i = 0; i < INO_CACHE_SLOTS; i++)
                 st->icache[i].ino = 0;
+}
+
+void store_caches_drop(ntfs_store *st) {
+        st->scache_valid = false;
+        st->scache_dirty = false; /* its changes were the lost batch's */
+        st->empty_file_ok = false;
+        icache_drop(st);
 }
 
 /* The session cache holds the record the batch has for one name: set by a
@@ -510,7 +514,8 @@ int wsid_retire(ntfs_store *st, uint64_t wsid) {
 static int wsid_purge(ntfs_store *st, uint64_t wsid) {
         uint8_t k[8];
         ntfs_put_be64(k, wsid);
-        store_caches_drop(st); /* its ino records go */
+        icache_drop(st); /* its ino records go; the session copy holds no
+                          * record of it (callers commit first, too) */
         MDB_dbi dbis[] = { st->ino, st->dent, st->chunk, st->xattr, st->lmap, st->dlink, st->orph };
         for (size_t i = 0; i < ARRAY_SIZE(dbis); i++) {
                 int r = db_del_prefix(st, dbis[i], k, 8);

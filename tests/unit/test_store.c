@@ -1830,6 +1830,28 @@ TEST(session_counters_reach_the_batch) {
         ASSERT_EQ(si.inodes, si0.inodes + 2);
         ASSERT_EQ(si.bytes, si0.bytes + 10);
         fsck_clean(st);
+
+        /* gc purging a dead working state (a closed view's) right after
+         * creates: the counters survive, and the next inode number does
+         * not go back */
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        ntfs_hash h;
+        bool ch;
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
+        ntfs_ws *v;
+        ASSERT_OK(ntfs_ws_open_view(st, "s", &v));
+        ntfs_ws_close(v);
+        uint64_t d = mkfile(ws, NTFS_ROOT_INO, "d", "dd");
+        struct ntfs_gc_stats gs;
+        ASSERT_OK(ntfs_gc(st, NULL, 0, &gs));
+        ASSERT(gs.states_freed >= 1);
+        ASSERT_OK(ntfs_session_get(st, "s", &si));
+        ASSERT_EQ(si.inodes, si0.inodes + 3);
+        uint64_t e = mkfile(ws, NTFS_ROOT_INO, "e", "e");
+        ASSERT(e > d);
+        expect_content(ws, "d", "dd");
+        fsck_clean(st);
+        ntfs_ws_close(ws);
         ntfs_store_close(st);
         rm_rf(tmpdir);
 }
