@@ -761,9 +761,8 @@ int ntfs_session_create(ntfs_store *st, const char *name, const char *from, ntfs
         if (r == 0)
                 r = name_free(st, name);
         if (r == 0) {
-                static const uint8_t empty[5] = { OBJ_TREE, 0, 0, 0, 0 };
                 struct tree_entry root = { .mode = S_IFDIR | 0755, .nlink = 2, .mtime = ntfs_now_ns() };
-                r = obj_put(st, empty, sizeof empty, &root.content);
+                r = obj_put(st, obj_empty_tree, sizeof obj_empty_tree, &root.content);
                 if (r == 0)
                         r = store_make_commit(st, &root, NULL, NULL, NULL, "session created", NULL, name, 0, 1, &h);
                 if (r == 0)

@@ -103,7 +103,8 @@ struct ntfs_mount {
         uint32_t kernel_minor, kernel_flags; /* from the INIT request */
         _Atomic uint64_t opcounts[64]; /* requests per opcode (0: out of range) */
         _Atomic uint64_t opns[64];     /* with NTFS_FUSE_STATS: ns from request read to reply */
-        bool time_ops;                 /* NTFS_FUSE_STATS is set */
+        const char *stats_path;        /* NTFS_FUSE_STATS at start (getenv: the daemons never change
+                                        * their environment); NULL: none, nothing timed */
 
         pthread_mutex_t lock; /* guards everything below; never held across a ws call or a notify */
         pthread_cond_t cond;
@@ -544,7 +545,7 @@ static ssize_t io_read(int fd, void *buf, size_t len, void *ud) {
                 const struct fuse_in_header *ih = buf;
                 unsigned opc = ih->opcode < MOUNT_NOPC && opc_names[ih->opcode] ? ih->opcode : 0;
                 atomic_fetch_add_explicit(&m->opcounts[opc], 1, memory_order_relaxed);
-                if (m->time_ops) {
+                if (m->stats_path) {
                         tls_req_opc = opc;
                         tls_req_start = ntfs_mono_ns();
                 }
@@ -1606,8 +1607,8 @@ static void mount_free(ntfs_mount *m) {
  * opcodes), written when the mount stops (the file is replaced). A
  * measuring aid: failures are ignored. */
 static void write_stats(ntfs_mount *m) {
-        const char *path = getenv("NTFS_FUSE_STATS");
-        if (!path || !*path)
+        const char *path = m->stats_path;
+        if (!path)
                 return;
         _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd < 0)
@@ -1703,7 +1704,7 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
         m->attr_timeout = o->attr_timeout >= 0 ? o->attr_timeout : 1.0;
         m->max_threads = o->max_threads ? o->max_threads : 8;
         const char *stats = getenv("NTFS_FUSE_STATS");
-        m->time_ops = stats && *stats;
+        m->stats_path = stats && *stats ? stats : NULL;
         m->on_exit = o->on_exit;
         m->on_exit_ud = o->on_exit_ud;
         m->on_fsync = o->on_fsync;

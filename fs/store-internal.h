@@ -202,7 +202,6 @@ struct ntfs_store {
         struct ino_cache_slot *icache;
 };
 
-
 struct ntfs_ws {
         ntfs_store *st;
         struct ntfs_ws *next;
@@ -256,6 +255,10 @@ int db_del_prefix(ntfs_store *st, MDB_dbi dbi, const void *prefix, size_t pl);
 int lmdb_err(int rc);
 
 int obj_put(ntfs_store *st, const void *data, size_t len, ntfs_hash *ret);
+/* The encodings of the empty tree and of the empty file object (their
+ * hashes: struct ntfs_store.empty_tree / empty_file). */
+extern const uint8_t obj_empty_tree[5];
+extern const uint8_t obj_empty_file[13];
 int obj_get(ntfs_store *st, const ntfs_hash *h, MDB_val *ret);
 int obj_get_typed(ntfs_store *st, const ntfs_hash *h, uint8_t type, MDB_val *ret);
 

@@ -292,6 +292,9 @@ int db_del_prefix(ntfs_store *st, MDB_dbi dbi, const void *prefix, size_t pl) {
 
 /* ---- objects ---------------------------------------------------------------------- */
 
+const uint8_t obj_empty_tree[5] = { OBJ_TREE, 0, 0, 0, 0 };   /* no entries */
+const uint8_t obj_empty_file[13] = { OBJ_FILE };            /* size 0, no chunks */
+
 int obj_put(ntfs_store *st, const void *data, size_t len, ntfs_hash *ret) {
         ntfs_hash h;
         ntfs_sha256(data, len, h.b);
@@ -359,6 +362,10 @@ void store_caches_drop(ntfs_store *st) {
 /* The session cache holds the record the batch has for one name: set by a
  * read or a successful write, dropped by a failed write (the batch will be
  * aborted), a deletion, and any abort or failed commit. */
+static bool scache_holds(const ntfs_store *st, const char *name) {
+        return st->scache_valid && strcmp(st->scache_name, name) == 0;
+}
+
 static void scache_set(ntfs_store *st, const char *name, const struct sess_rec *r) {
         size_t n = strlen(name);
         st->scache_dirty = false;
@@ -387,7 +394,7 @@ int sess_flush(ntfs_store *st) {
 int sess_get(ntfs_store *st, const char *name, struct sess_rec *ret) {
         if (!ntfs_name_valid(name))
                 return -NTFS_EINVALNAME;
-        if (st->scache_valid && strcmp(st->scache_name, name) == 0) {
+        if (scache_holds(st, name)) {
                 *ret = st->scache_rec;
                 return 0;
         }
@@ -408,7 +415,7 @@ int sess_get(ntfs_store *st, const char *name, struct sess_rec *ret) {
 }
 
 int sess_put(ntfs_store *st, const char *name, const struct sess_rec *r) {
-        if (!(st->scache_valid && strcmp(st->scache_name, name) == 0)) {
+        if (!scache_holds(st, name)) {
                 int r0 = sess_flush(st); /* another name's lazy record */
                 if (r0 < 0)
                         return r0;
@@ -422,7 +429,7 @@ int sess_put(ntfs_store *st, const char *name, const struct sess_rec *r) {
 }
 
 int sess_put_lazy(ntfs_store *st, const char *name, const struct sess_rec *r) {
-        if (!(st->scache_valid && strcmp(st->scache_name, name) == 0))
+        if (!scache_holds(st, name))
                 return sess_put(st, name, r);
         st->scache_rec = *r;
         st->scache_dirty = true;
@@ -460,13 +467,11 @@ void store_name_hash_known(ntfs_store *st, const char *name, size_t len, uint64_
 uint64_t store_name_hash(ntfs_store *st, const char *name, size_t len) {
         if (len == 0 || len > NAME_HASH_CACHE_NAME)
                 return name_hash(name, len);
-        struct name_hash_slot *s = &st->nhcache[nh_slot(name, len)];
+        const struct name_hash_slot *s = &st->nhcache[nh_slot(name, len)];
         if (s->len == len && memcmp(s->name, name, len) == 0)
                 return s->h;
         uint64_t h = name_hash(name, len);
-        s->h = h;
-        s->len = (uint8_t)len;
-        memcpy(s->name, name, len);
+        store_name_hash_known(st, name, len, h);
         return h;
 }
 
@@ -644,10 +649,8 @@ int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_st
         if (!st)
                 return -ENOMEM;
         st->lock_fd = -1;
-        static const uint8_t empty_tree[5] = { OBJ_TREE, 0, 0, 0, 0 };
-        ntfs_sha256(empty_tree, sizeof empty_tree, st->empty_tree.b);
-        static const uint8_t empty_file[13] = { OBJ_FILE };
-        ntfs_sha256(empty_file, sizeof empty_file, st->empty_file.b);
+        ntfs_sha256(obj_empty_tree, sizeof obj_empty_tree, st->empty_tree.b);
+        ntfs_sha256(obj_empty_file, sizeof obj_empty_file, st->empty_file.b);
         char path[PATH_MAX];
         if (snprintf(path, sizeof path, "%s/lock", dir) >= (int)sizeof path)
                 return -ENAMETOOLONG;
@@ -660,14 +663,6 @@ int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_st
         st->dir = realpath(dir, NULL);
         if (!st->dir)
                 return -errno;
-        st->nhcache = calloc(NAME_HASH_CACHE_SLOTS, sizeof *st->nhcache);
-        st->icache = calloc(INO_CACHE_SLOTS, sizeof *st->icache);
-        if (!st->nhcache || !st->icache) {
-                free(st->icache);
-                free(st->nhcache);
-                free(st->dir);
-                return -ENOMEM;
-        }
         st->map_bytes = o.initial_map_bytes ? o.initial_map_bytes : DEFAULT_MAP_BYTES;
         st->reserve_bytes = o.reserve_bytes ? o.reserve_bytes : DEFAULT_RESERVE;
         pthread_mutex_init(&st->lock, NULL);
@@ -677,10 +672,14 @@ int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_st
         int r;
         int rc = mdb_env_create(&st->env);
         if (rc) {
-                free(st->icache);
-                free(st->nhcache);
                 free(st->dir);
                 return lmdb_err(rc);
+        }
+        st->nhcache = calloc(NAME_HASH_CACHE_SLOTS, sizeof *st->nhcache);
+        st->icache = calloc(INO_CACHE_SLOTS, sizeof *st->icache);
+        if (!st->nhcache || !st->icache) {
+                r = -ENOMEM;
+                goto fail;
         }
         /* The data file may already be bigger than the default map. */
         struct stat sb;

@@ -590,16 +590,10 @@ void ntfs_ws_close(ntfs_ws *ws) {
                         *p = ws->next;
                         break;
                 }
-        if (!ws->session && st->txn == NULL)
-                (void)0;
         if (!ws->session) {
-                /* A view's records are ephemeral: retire them. */
-                if (!st->txn && mdb_txn_begin(st->env, NULL, 0, &st->txn) == 0) {
-                        st->txn_started = ntfs_mono_ns();
-                        st->txn_bytes = 0;
-                        st->txn_broken = false;
-                }
-                if (st->txn) {
+                /* A view's records are ephemeral: retire them (if no batch
+                 * can be opened, the next open retires them). */
+                if (txn_ok(st)) {
                         uint8_t k[13];
                         memcpy(k, "view:", 5);
                         ntfs_put_be64(k + 5, ws->wsid);
@@ -1121,14 +1115,13 @@ static int create_node(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t 
                 }
                 if (r == 0 && S_ISDIR(mode)) {
                         /* an empty directory's base is the empty tree */
-                        static const uint8_t empty[5] = { OBJ_TREE, 0, 0, 0, 0 };
-                        r = obj_put(c.st, empty, sizeof empty, &rec.base);
+                        r = obj_put(c.st, obj_empty_tree, sizeof obj_empty_tree, &rec.base);
                 }
                 if (r == 0 && S_ISREG(mode)) {
                         /* the empty file object, put once (its hash is
                          * known; obj_put would hash it every time) */
-                        static const uint8_t empty[13] = { OBJ_FILE };
-                        if (!c.st->empty_file_ok && (r = obj_put(c.st, empty, sizeof empty, &rec.base)) == 0)
+                        if (!c.st->empty_file_ok &&
+                            (r = obj_put(c.st, obj_empty_file, sizeof obj_empty_file, &rec.base)) == 0)
                                 c.st->empty_file_ok = true;
                         rec.base = c.st->empty_file;
                 }
