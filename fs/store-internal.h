@@ -334,12 +334,13 @@ void wsdata_leave(ntfs_store *st);
 int chunks_drop(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t from);
 /* The working state's data file goes when the batch commits. */
 int wsdata_retire(ntfs_store *st, uint64_t wsid);
-/* Before a batch commits: the written data files reach the disk. */
-int wsdata_presync(ntfs_store *st);
-/* The flusher, before a commit: syncs the written data files with the lock
- * released, so that the commit finds little left to sync. Called and
- * returns with the lock held. */
-void wsdata_presync_unlocked(ntfs_store *st);
+/* Before a batch commits: the bytes its records newly name reach the disk
+ * (durable: every byte written). */
+int wsdata_presync(ntfs_store *st, bool durable);
+/* Before a commit: the same sync with the lock released, so that the
+ * commit finds little left to sync. Called and returns with the lock
+ * held. */
+void wsdata_presync_unlocked(ntfs_store *st, bool durable);
 /* The flusher, after a commit: gives the space of free slots back to the
  * file system (hole punches) with the lock released. Called and returns
  * with the lock held. */

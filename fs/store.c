@@ -126,7 +126,7 @@ int store_commit_locked(ntfs_store *st, bool durable) {
                         r = NTFS_FAULT("store.commit");
                 /* the slots the batch names reach the disk before it does */
                 if (r == 0)
-                        r = wsdata_presync(st);
+                        r = wsdata_presync(st, durable);
                 if (r < 0) {
                         store_abort_locked(st);
                         return r;
@@ -139,6 +139,8 @@ int store_commit_locked(ntfs_store *st, bool durable) {
                         return lmdb_err(rc);
                 }
                 wsdata_committed(st);
+        } else if (durable && (r = wsdata_presync(st, true)) < 0) {
+                return r; /* overwrites in place that a background batch did not sync */
         }
         if (durable) {
                 if ((r = NTFS_FAULT("store.sync")) < 0)
@@ -224,7 +226,7 @@ static void *flusher_main(void *arg) {
                         break;
                 ws_forget_drain_all(st);
                 if (st->txn && ntfs_mono_ns() - st->txn_started > NTFS_STORE_FLUSH_MS * 1000000LL) {
-                        wsdata_presync_unlocked(st);
+                        wsdata_presync_unlocked(st, false);
                         if (!st->txn || st->stopping ||
                             ntfs_mono_ns() - st->txn_started <= NTFS_STORE_FLUSH_MS * 1000000LL)
                                 continue; /* committed meanwhile */

@@ -1908,6 +1908,7 @@ int ntfs_ws_fsync(ntfs_ws *ws) {
         int r = store_enter(ws->st);
         if (r < 0)
                 return r;
+        wsdata_presync_unlocked(ws->st, true); /* the bulk of the data sync off the lock */
         r = store_commit_locked(ws->st, true);
         store_leave(ws->st);
         return r;

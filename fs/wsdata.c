@@ -17,8 +17,11 @@
  *
  * The ordering rules (docs/store.md, "Working data files"):
  *
- *  1. A slot's bytes reach the disk before a batch that points at it
- *     commits: store_commit_locked() calls wsdata_presync() first.
+ *  1. A slot's bytes reach the disk before a batch that points at them
+ *     commits: store_commit_locked() calls wsdata_presync() first. Bytes
+ *     that a committed record already names (an overwrite in place below
+ *     the chunk's length) wait for a durable commit or the kernel's
+ *     write-back, as a native file's do.
  *  2. A slot freed in a batch keeps its bytes until that batch has
  *     committed: frees are queued and become reusable in
  *     wsdata_committed(); an aborted batch drops its queue
@@ -73,8 +76,10 @@ struct wsdata {
         uint64_t unpunched; /* free slots whose space may still be on disk */
         bool trimming;      /* the flusher is giving free slots' space back */
         bool retired;       /* its working state went while trimming */
-        bool dirty;         /* written since the last presync */
+        bool dirty;         /* written since the last sync */
+        bool fresh;         /* written since the last sync where no committed record points (rule 1) */
         uint64_t wgen;      /* st->wsd_gen at the last write */
+        uint64_t fgen;      /* st->wsd_gen at the last fresh write */
         uint64_t fsize;     /* the file's size, as this process made it */
         uint8_t *map;       /* read-only shared mapping of [0, map_len) */
         size_t map_len;
@@ -350,8 +355,12 @@ static int wsdata_alloc(ntfs_store *st, uint64_t wsid, uint64_t *ret) {
         return 0;
 }
 
-/* Writes len bytes at byte in of a slot; buf NULL writes zeros. */
-static int wsdata_pwrite(ntfs_store *st, uint64_t wsid, uint64_t slot, size_t in, const void *buf, size_t len) {
+/* Writes len bytes at byte in of a slot; buf NULL writes zeros. fresh: some
+ * of the bytes are past what the slot's committed record names (a new slot,
+ * or a chunk growing), so the next commit must sync them first (rule 1);
+ * an overwrite in place below the recorded length waits for a durable one. */
+static int wsdata_pwrite(ntfs_store *st, uint64_t wsid, uint64_t slot, size_t in, const void *buf, size_t len,
+                         bool fresh) {
         if (in > NTFS_CHUNK_SIZE || len > SLOT_BYTES * 1024 || slot >= UINT64_MAX / SLOT_BYTES - 1024)
                 return -EINVAL;
         struct wsdata *w;
@@ -365,6 +374,10 @@ static int wsdata_pwrite(ntfs_store *st, uint64_t wsid, uint64_t slot, size_t in
         const uint8_t *p = buf ? buf : zeros;
         w->dirty = true;
         w->wgen = ++st->wsd_gen;
+        if (fresh) {
+                w->fresh = true;
+                w->fgen = w->wgen;
+        }
         while (len) {
                 size_t n = buf ? len : NTFS_MIN(len, sizeof zeros);
                 ssize_t k = pwrite(w->fd, p, n, pos);
@@ -421,13 +434,14 @@ const uint8_t *chunk_data(ntfs_store *st, uint64_t wsid, const struct chunk_rec 
 }
 
 /* Writes n bytes of buf at byte in of a slot that stores have bytes,
- * zeroing the gap between first (rule 3). */
+ * zeroing the gap between first (rule 3). is_new: no committed record names
+ * the slot yet. */
 static int slot_patch(ntfs_store *st, uint64_t wsid, uint64_t slot, size_t have, const uint8_t *buf, size_t in,
-                      size_t n) {
+                      size_t n, bool is_new) {
         int r = 0;
-        if (in > have && (r = wsdata_pwrite(st, wsid, slot, have, NULL, in - have)) < 0)
+        if (in > have && (r = wsdata_pwrite(st, wsid, slot, have, NULL, in - have, true)) < 0)
                 return r;
-        return n ? wsdata_pwrite(st, wsid, slot, in, buf, n) : 0;
+        return n ? wsdata_pwrite(st, wsid, slot, in, buf, n, is_new || in + n > have) : 0;
 }
 
 /* A new slot for a chunk: bytes [0, len) of data, then n bytes of buf at
@@ -437,9 +451,9 @@ static int slot_store(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx,
         uint64_t slot;
         int r = wsdata_alloc(st, wsid, &slot);
         if (r == 0 && len)
-                r = wsdata_pwrite(st, wsid, slot, 0, data, len);
+                r = wsdata_pwrite(st, wsid, slot, 0, data, len, true);
         if (r == 0)
-                r = slot_patch(st, wsid, slot, len, buf, in, n);
+                r = slot_patch(st, wsid, slot, len, buf, in, n, true);
         return r < 0 ? r : slot_rec_put(st, wsid, ino, idx, slot, NTFS_MAX(len, in + n));
 }
 
@@ -463,7 +477,7 @@ int chunk_update(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, cons
                  * stays valid meanwhile) */
                 return slot_store(st, wsid, ino, idx, cr->inl, cr->len, buf, in, n);
         }
-        int r = slot_patch(st, wsid, cr->slot, cr->len, buf, in, n);
+        int r = slot_patch(st, wsid, cr->slot, cr->len, buf, in, n, false);
         if (r < 0 || in + n <= cr->len)
                 return r;
         return slot_rec_put(st, wsid, ino, idx, cr->slot, in + n);
@@ -532,32 +546,37 @@ int chunks_drop(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t from) {
 
 int wsdata_retire(ntfs_store *st, uint64_t wsid) { return queue_job(st, wsid, UINT64_MAX); }
 
-int wsdata_presync(ntfs_store *st) {
+/* What a commit must sync first: every write for a durable one, only the
+ * fresh ones otherwise (rule 1). */
+static bool needs_sync(const struct wsdata *w, bool durable) { return durable ? w->dirty : w->fresh; }
+
+int wsdata_presync(ntfs_store *st, bool durable) {
         for (size_t i = 0; i < st->nwsd; i++) {
                 struct wsdata *w = &st->wsd[i];
-                if (!w->dirty)
+                if (!needs_sync(w, durable))
                         continue;
                 int r = NTFS_FAULT("wsdata.sync");
                 if (r == 0 && fdatasync(w->fd) < 0)
                         r = -errno;
                 if (r < 0)
                         return r;
-                w->dirty = false;
+                w->dirty = w->fresh = false;
         }
         return 0;
 }
 
 #define PRESYNC_MAX 16
-void wsdata_presync_unlocked(ntfs_store *st) {
+void wsdata_presync_unlocked(ntfs_store *st, bool durable) {
         int fds[PRESYNC_MAX];
-        uint64_t ids[PRESYNC_MAX], gens[PRESYNC_MAX];
+        uint64_t ids[PRESYNC_MAX], wgens[PRESYNC_MAX], fgens[PRESYNC_MAX];
         size_t n = 0;
         for (size_t i = 0; i < st->nwsd && n < PRESYNC_MAX; i++) {
                 struct wsdata *w = &st->wsd[i];
-                if (!w->dirty || (fds[n] = fcntl(w->fd, F_DUPFD_CLOEXEC, 0)) < 0)
+                if (!needs_sync(w, durable) || (fds[n] = fcntl(w->fd, F_DUPFD_CLOEXEC, 0)) < 0)
                         continue;
                 ids[n] = w->wsid;
-                gens[n++] = w->wgen;
+                wgens[n] = w->wgen;
+                fgens[n++] = w->fgen;
         }
         if (!n)
                 return;
@@ -569,9 +588,16 @@ void wsdata_presync_unlocked(ntfs_store *st) {
         }
         pthread_mutex_lock(&st->lock);
         for (size_t k = 0; k < n; k++)
-                for (size_t i = 0; ok[k] && i < st->nwsd; i++)
-                        if (st->wsd[i].wsid == ids[k] && st->wsd[i].wgen == gens[k])
-                                st->wsd[i].dirty = false; /* nothing written since the sync */
+                for (size_t i = 0; ok[k] && i < st->nwsd; i++) {
+                        struct wsdata *w = &st->wsd[i];
+                        if (w->wsid != ids[k])
+                                continue;
+                        /* what was written before the sync is on the disk */
+                        if (w->wgen == wgens[k])
+                                w->dirty = false;
+                        if (w->fgen == fgens[k])
+                                w->fresh = false;
+                }
 }
 
 static void drop_entry(ntfs_store *st, size_t i) {

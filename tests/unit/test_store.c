@@ -1201,6 +1201,64 @@ static void freed_slots_child(const uint8_t *x, const uint8_t *y, size_t n) {
         _exit(0); /* no commit: a crash */
 }
 
+/* Rule 1 of the data files: a commit syncs the bytes its records newly
+ * name (a new slot, a chunk growing) before it commits; an overwrite in
+ * place below a chunk's length is synced by the next durable commit, even
+ * when a background batch has committed meanwhile. The sync is counted at
+ * its fault point. */
+TEST(commits_sync_the_bytes_they_name) {
+        static uint8_t x[8192], y[4096], img[sizeof x + 50];
+        fill(x, sizeof x, 3);
+        fill(y, sizeof y, 4);
+        fresh_dir();
+        ntfs_store *st = NULL;
+        struct ntfs_store_opts o = { .initial_map_bytes = 64ull << 20, .no_flusher = true };
+        ASSERT_OK(ntfs_store_open(tmpdir, &o, &st));
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        uint64_t f = mkfile(ws, NTFS_ROOT_INO, "f", "");
+        ASSERT_OK(ntfs_store_flush(st, true));
+#define WRITE_AT(buf, len, at)                                                          \
+        do {                                                                            \
+                ASSERT_EQ(ntfs_ws_write(ws, f, buf, len, at, false), (long)(len));      \
+                memcpy(img + (at), buf, len);                                           \
+        } while (0)
+        ntfs_fault_arm("wsdata.sync", 1000, NTFS_FAULT_ERROR); /* counts, never fires */
+        WRITE_AT(x, sizeof x, 0); /* a new slot */
+        ASSERT_OK(ntfs_store_flush(st, false));
+        ASSERT_EQ(ntfs_fault_hits("wsdata.sync"), 1u);
+        WRITE_AT(y, sizeof y, 1000); /* in place */
+        ASSERT_OK(ntfs_store_flush(st, false));
+        ASSERT_EQ(ntfs_fault_hits("wsdata.sync"), 1u);
+        WRITE_AT(y, 100, sizeof x - 50); /* the chunk grows */
+        ASSERT_OK(ntfs_store_flush(st, false));
+        ASSERT_EQ(ntfs_fault_hits("wsdata.sync"), 2u);
+        WRITE_AT(x, sizeof y, 0); /* in place */
+        ASSERT_OK(ntfs_store_flush(st, false));
+        ASSERT_EQ(ntfs_fault_hits("wsdata.sync"), 2u);
+        ASSERT_OK(ntfs_store_flush(st, true)); /* no batch open: the overwrite still syncs */
+        ASSERT_EQ(ntfs_fault_hits("wsdata.sync"), 3u);
+        ASSERT_OK(ntfs_store_flush(st, true));
+        ASSERT_EQ(ntfs_fault_hits("wsdata.sync"), 3u);
+        /* a failed sync fails the durable flush, not a background one */
+        ntfs_fault_arm("wsdata.sync", 1, NTFS_FAULT_ERROR);
+        WRITE_AT(y, 10, 0);
+        ASSERT_OK(ntfs_store_flush(st, false));
+        ASSERT_ERR(ntfs_store_flush(st, true), -EIO);
+        ntfs_fault_disarm();
+        ASSERT_OK(ntfs_store_flush(st, true));
+#undef WRITE_AT
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        st = open_store();
+        fsck_clean(st);
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        expect_bytes(ws, "f", img, sizeof img);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+}
+
 TEST(working_data_files) {
         static uint8_t x[256 << 10], y[256 << 10];
         fill(x, sizeof x, 1);
@@ -1911,6 +1969,7 @@ int main(void) {
         RUN(forget_queue_frees_unlinked_inodes);
         RUN(session_counters_reach_the_batch);
         RUN(crash_points);
+        RUN(commits_sync_the_bytes_they_name);
         RUN(working_data_files);
         RUN(store_layout_upgrade);
         RUN(inline_chunks);
