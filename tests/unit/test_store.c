@@ -1951,6 +1951,42 @@ TEST(forget_queue_frees_unlinked_inodes) {
         rm_rf(tmpdir);
 }
 
+/* An inode unlinked while the kernel still used it, by a process that died
+ * after the batch committed: its pending orph record reached that commit,
+ * and the next open frees it. */
+TEST(orphan_of_a_dead_process_is_purged) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        uint64_t ino = mkfile(ws, NTFS_ROOT_INO, "open", "still in use");
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        pid_t pid = fork();
+        ASSERT(pid >= 0);
+        if (pid == 0) {
+                st = open_store();
+                if (ntfs_ws_open(st, "s", &ws) < 0 || ntfs_ws_unlink(ws, NTFS_ROOT_INO, "open") < 0 ||
+                    ntfs_store_flush(st, true) < 0)
+                        _exit(1);
+                raise(SIGKILL); /* no forget, no close */
+                _exit(2);
+        }
+        int status;
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        st = open_store();
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        struct ntfs_attr a;
+        ASSERT_ERR(ntfs_ws_getattr(ws, ino, &a), -ESTALE);
+        ASSERT_ERR(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "open", &a), -ENOENT);
+        fsck_clean(st);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
 int main(void) {
         RUN(open_lock_and_reopen);
         RUN(invalid_names_and_unknowns);
@@ -1967,6 +2003,7 @@ int main(void) {
         RUN(io_error_leaves_store_consistent);
         RUN(aborted_batch_drops_cached_records);
         RUN(forget_queue_frees_unlinked_inodes);
+        RUN(orphan_of_a_dead_process_is_purged);
         RUN(session_counters_reach_the_batch);
         RUN(crash_points);
         RUN(commits_sync_the_bytes_they_name);
