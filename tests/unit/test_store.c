@@ -1952,8 +1952,8 @@ TEST(forget_queue_frees_unlinked_inodes) {
 }
 
 /* An inode unlinked while the kernel still used it, by a process that died
- * after the batch committed: its pending orph record reached that commit,
- * and the next open frees it. */
+ * after the batch committed: its orph record reached that commit, and
+ * the next open frees it. */
 TEST(orphan_of_a_dead_process_is_purged) {
         fresh_dir();
         ntfs_store *st = open_store();
