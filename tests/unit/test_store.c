@@ -1257,6 +1257,7 @@ TEST(commits_sync_the_bytes_they_name) {
         expect_bytes(ws, "f", img, sizeof img);
         ntfs_ws_close(ws);
         ntfs_store_close(st);
+        rm_rf(tmpdir);
 }
 
 TEST(working_data_files) {
