@@ -1211,9 +1211,8 @@ TEST(commits_sync_the_bytes_they_name) {
         fill(x, sizeof x, 3);
         fill(y, sizeof y, 4);
         fresh_dir();
-        ntfs_store *st = NULL;
-        struct ntfs_store_opts o = { .initial_map_bytes = 64ull << 20, .no_flusher = true };
-        ASSERT_OK(ntfs_store_open(tmpdir, &o, &st));
+        ntfs_store *st = NULL; /* no flusher: every commit below is the test's */
+        ASSERT_OK(ntfs_store_open(tmpdir, &(struct ntfs_store_opts){ .no_flusher = true }, &st));
         ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
         ntfs_ws *ws;
         ASSERT_OK(ntfs_ws_open(st, "s", &ws));
