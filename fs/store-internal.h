@@ -178,6 +178,8 @@ struct ntfs_store {
         size_t noldmaps;
         struct wsdata_job *jobs; /* slots freed by the batch, run when it commits */
         size_t njobs, jobs_cap;
+        struct wsdata_job *taken; /* slots the batch took, given back if it aborts */
+        size_t ntaken, taken_cap;
         /* The last session record read or written (every ws call reads its
          * session's): a copy of what the batch holds, dropped when the
          * batch is aborted or the session deleted (sess_get, sess_put). */

@@ -340,6 +340,8 @@ static int wsdata_alloc(ntfs_store *st, uint64_t wsid, uint64_t *ret) {
         int r = wsdata_get(st, wsid, true, &w);
         if (r < 0)
                 return r;
+        if (NTFS_ROOM_FOR(st->taken, st->taken_cap, st->ntaken) < 0)
+                return -ENOMEM;
         if (w->nfree) {
                 /* a slot freed by a batch that has committed */
                 struct slot_range *f = &w->free[w->nfree - 1];
@@ -352,6 +354,7 @@ static int wsdata_alloc(ntfs_store *st, uint64_t wsid, uint64_t *ret) {
                 *ret = w->next_slot++;
         }
         w->live++;
+        st->taken[st->ntaken++] = (struct wsdata_job){ wsid, *ret };
         return 0;
 }
 
@@ -641,6 +644,7 @@ void wsdata_committed(ntfs_store *st) {
                         w->unpunched++;
         }
         st->njobs = 0;
+        st->ntaken = 0;
 }
 
 void wsdata_trim(ntfs_store *st) {
@@ -680,9 +684,22 @@ void wsdata_trim(ntfs_store *st) {
 }
 
 void wsdata_aborted(ntfs_store *st) {
-        /* Slots the batch took are named by no record now: lost until the
-         * next open's scan (only space). */
+        /* The slots the batch freed stay named by the committed records; the
+         * ones it took were free when it took them, and no record names them
+         * now: they are free again (their bytes, whatever the batch wrote,
+         * are given back by the next trim). */
         st->njobs = 0;
+        for (size_t j = 0; j < st->ntaken; j++) {
+                size_t i;
+                struct wsdata *w = find_entry(st, st->taken[j].wsid, &i);
+                if (!w || w->retired)
+                        continue;
+                if (w->live)
+                        w->live--;
+                if (free_push(w, st->taken[j].slot, 1) == 0) /* ENOMEM: lost until the next scan */
+                        w->unpunched++;
+        }
+        st->ntaken = 0;
 }
 
 void wsdata_close_all(ntfs_store *st) {
@@ -691,9 +708,12 @@ void wsdata_close_all(ntfs_store *st) {
                 drop_entry(st, st->nwsd - 1);
         free(st->wsd);
         free(st->jobs);
+        free(st->taken);
         st->wsd = NULL;
         st->jobs = NULL;
-        st->wsd_cap = st->jobs_cap = 0;
+        st->taken = NULL;
+        st->wsd_cap = st->jobs_cap = st->taken_cap = 0;
+        st->njobs = st->ntaken = 0;
 }
 
 int wsdata_sweep(ntfs_store *st) {

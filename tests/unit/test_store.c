@@ -1857,6 +1857,59 @@ TEST(aborted_batch_drops_cached_records) {
         rm_rf(tmpdir);
 }
 
+/* The slots an aborted batch took are free again at once: the next file
+ * takes them instead of growing the data file, and nothing the aborted
+ * batch wrote shows. */
+TEST(aborted_batch_gives_its_slots_back) {
+        static uint8_t x[NTFS_CHUNK_SIZE], y[3 * NTFS_CHUNK_SIZE], z[3 * NTFS_CHUNK_SIZE];
+        fill(x, sizeof x, 1);
+        fill(y, sizeof y, 2);
+        fill(z, sizeof z, 3);
+        fresh_dir();
+        ntfs_store *st = NULL;
+        ASSERT_OK(ntfs_store_open(tmpdir, &(struct ntfs_store_opts){ .no_flusher = true }, &st));
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        uint64_t a = mkfile(ws, NTFS_ROOT_INO, "a", NULL);
+        ASSERT_EQ(ntfs_ws_write(ws, a, x, sizeof x, 0, false), (long)sizeof x);
+        ASSERT_OK(ntfs_store_flush(st, false));
+        char path[400];
+        data_file(path, sizeof path);
+        struct stat sb;
+
+        for (int round = 0; round < 3; round++) {
+                uint64_t b = mkfile(ws, NTFS_ROOT_INO, "b", NULL);
+                ASSERT_EQ(ntfs_ws_write(ws, b, y, sizeof y, 0, false), (long)sizeof y);
+                ASSERT_OK(stat(path, &sb));
+                ASSERT_EQ((uint64_t)sb.st_size, sizeof x + sizeof y);
+                ntfs_fault_arm("store.commit", 1, NTFS_FAULT_ERROR);
+                ASSERT_ERR(ntfs_store_flush(st, false), -EIO);
+                ntfs_fault_disarm();
+                struct ntfs_attr got;
+                ASSERT_ERR(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "b", &got), -ENOENT);
+        }
+        uint64_t c = mkfile(ws, NTFS_ROOT_INO, "c", NULL);
+        ASSERT_EQ(ntfs_ws_write(ws, c, z, sizeof z, 0, false), (long)sizeof z);
+        ASSERT_OK(ntfs_store_flush(st, true));
+        ASSERT_OK(stat(path, &sb));
+        ASSERT_EQ((uint64_t)sb.st_size, sizeof x + sizeof z); /* c took b's slots */
+        expect_bytes(ws, "a", x, sizeof x);
+        expect_bytes(ws, "c", z, sizeof z);
+        fsck_clean(st);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+
+        st = open_store();
+        fsck_clean(st);
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        expect_bytes(ws, "a", x, sizeof x);
+        expect_bytes(ws, "c", z, sizeof z);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
 static int list_inodes_cb(const struct ntfs_session_info *si, void *ud) {
         if (strcmp(si->name, "s") == 0)
                 *(uint64_t *)ud = si->inodes;
@@ -2002,6 +2055,7 @@ int main(void) {
         RUN(fsck_finds_corruption);
         RUN(io_error_leaves_store_consistent);
         RUN(aborted_batch_drops_cached_records);
+        RUN(aborted_batch_gives_its_slots_back);
         RUN(forget_queue_frees_unlinked_inodes);
         RUN(orphan_of_a_dead_process_is_purged);
         RUN(session_counters_reach_the_batch);
