@@ -508,6 +508,9 @@ static int cmd_status(struct ctx *c, const struct cmd *cmd, struct args *a) {
                         snprintf(objs, sizeof objs, "%" JSON_INTEGER_FORMAT, n);
                 table_add(&t, (const char *[]){ "objects:", objs });
         }
+        char wd[64];
+        if (jint(j, "data_bytes", &n))
+                table_add(&t, (const char *[]){ "working data:", human_bytes((uint64_t)NTFS_MAX(n, 0), wd, sizeof wd) });
         json_t *jail = json_object_get(j, "jail");
         if (json_is_object(jail)) {
                 char line[512] = "";
@@ -2312,7 +2315,9 @@ static const struct flagspec prune_flags[] = { { "grace", 0, true }, { "dry-run"
 static const struct cmd commands[] = {
         { "status", "", "show the daemon, the store and its mounts",
           "Shows ntfsd's version and pid, the store directory, the number of sessions,\n"
-          "tags and objects, the bytes used, the jail's cgroup controls and every mount.\n"
+          "tags and objects, the size of the store's database (objects:, in brackets),\n"
+          "the disk space of the working data files (working data: file content written\n"
+          "since the last checkpoints), the jail's cgroup controls and every mount.\n"
           "\nExample:\n  ntfs-ctl status\n",
           no_flags, 0, 0, false, cmd_status },
         { "session new", "NAME [--from SESSION|COMMIT|TAG]", "create a session",

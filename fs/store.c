@@ -1407,5 +1407,6 @@ int ntfs_store_stats(ntfs_store *st, struct ntfs_store_stats *ret) {
                 ret->used_bytes = (uint64_t)(info.me_last_pgno + 1) * s.ms_psize;
         }
         store_leave(st);
+        ret->data_bytes = wsdata_disk_bytes(st);
         return 0;
 }

@@ -217,7 +217,9 @@ int ntfs_fsck(ntfs_store *st, void (*cb)(const char *problem, void *), void *ud,
 
 /* Store-wide counts for status. */
 struct ntfs_store_stats {
-        uint64_t objects, sessions, tags, map_bytes, used_bytes;
+        uint64_t objects, sessions, tags, map_bytes;
+        uint64_t used_bytes; /* LMDB's data file, up to its high-water mark */
+        uint64_t data_bytes; /* disk space of the working data files (file content written since checkpoints) */
 };
 int ntfs_store_stats(ntfs_store *st, struct ntfs_store_stats *ret);
 

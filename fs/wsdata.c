@@ -716,6 +716,24 @@ void wsdata_close_all(ntfs_store *st) {
         st->njobs = st->ntaken = 0;
 }
 
+uint64_t wsdata_disk_bytes(ntfs_store *st) {
+        char path[PATH_MAX];
+        if (data_path(st, UINT64_MAX, path, sizeof path) < 0)
+                return 0;
+        DIR *d = opendir(path);
+        if (!d)
+                return 0; /* no data file yet (ENOENT), or unreadable: counts nothing */
+        uint64_t sum = 0;
+        struct dirent *de;
+        struct stat sb;
+        while ((de = readdir(d)))
+                if (de->d_name[0] != '.' && fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+                    S_ISREG(sb.st_mode))
+                        sum += (uint64_t)sb.st_blocks * 512;
+        closedir(d);
+        return sum;
+}
+
 int wsdata_sweep(ntfs_store *st) {
         char path[PATH_MAX];
         int r = data_path(st, UINT64_MAX, path, sizeof path);

@@ -168,7 +168,8 @@ def test_status_and_health(daemon):
     out = daemon.ok("status")
     assert out.startswith("ntfsd ") and "store:" in out and daemon.store in out
     j = daemon.jok("status")
-    for k in ("version", "store", "pid", "sessions", "tags", "objects", "used_bytes", "mounts", "jail"):
+    for k in ("version", "store", "pid", "sessions", "tags", "objects", "used_bytes", "data_bytes", "mounts",
+              "jail"):
         assert k in j, k
     assert j["pid"] == daemon.proc.pid
     h = daemon.http("GET", "/v1/status")
@@ -177,6 +178,34 @@ def test_status_and_health(daemon):
     h = daemon.http("GET", "/health")
     assert h.status == 200 and h.json["status"] == "ok" and h.json["replay"] is False
     assert daemon.jok("api", "GET", "/health")["status"] == "ok"
+
+
+def test_status_counts_working_data(daemon, scratch):
+    # the working data files' disk space: none at first, what a write
+    # takes, and (after a checkpoint turns it into objects) given back
+    assert daemon.jok("status")["data_bytes"] == 0
+    daemon.ok("session", "new", "wd")
+    mp = mkdir(scratch, "m")
+    daemon.ok("mount", "wd", mp)
+    data = os.urandom(2 << 20)
+    with open(f"{mp}/big", "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    j = daemon.jok("status")
+    assert j["data_bytes"] >= len(data), j
+    out = daemon.ok("status")
+    assert re.search(r"^working data:\s+\d", out, re.M), out
+    used = j["used_bytes"]
+    daemon.ok("checkpoint", "wd")
+    deadline = time.monotonic() + 10
+    while daemon.jok("status")["data_bytes"] >= 64 << 10 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    j = daemon.jok("status")
+    assert j["data_bytes"] < 64 << 10, j
+    assert j["used_bytes"] > used  # the content is in the database now
+    with open(f"{mp}/big", "rb") as f:
+        assert f.read() == data
 
 
 def test_sessions_cli_and_http(daemon):
