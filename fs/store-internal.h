@@ -166,6 +166,7 @@ struct ntfs_store {
         uint64_t map_bytes;
         uint64_t reserve_bytes;
         uint64_t ops_since_space_check;
+        uint64_t bytes_since_space_check; /* written since (check_space, ws.c) */
         bool low_space;
         pthread_t flusher;
         bool flusher_running, stopping;

@@ -766,16 +766,23 @@ static int chunk_write(struct ctx *c, uint64_t ino, const struct ino_rec *rec, u
         return r < 0 ? r : chunk_update(c->st, c->wsid, ino, idx, &cr, buf, in, n);
 }
 
-static int check_space(struct ctx *c) {
+/* Free disk before a call that adds an inode or n bytes of content: every
+ * 64 such calls or 4 MiB, and on every call once space is low, so that big
+ * writes cannot eat through the reserve between two looks. The reserve
+ * keeps LMDB's commits (and so the writes already acknowledged) from ever
+ * meeting a full disk. */
+static int check_space(struct ctx *c, uint64_t n) {
         ntfs_store *st = c->st;
-        if (++st->ops_since_space_check < 64 && !st->low_space)
+        st->bytes_since_space_check += n;
+        if (++st->ops_since_space_check < 64 && st->bytes_since_space_check < (4u << 20) && !st->low_space)
                 return 0;
         st->ops_since_space_check = 0;
+        st->bytes_since_space_check = 0;
         struct statvfs sv;
         if (statvfs(st->dir, &sv) < 0)
                 return 0;
         uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
-        st->low_space = avail < st->reserve_bytes + 2 * st->txn_bytes + (8u << 20);
+        st->low_space = avail < st->reserve_bytes + 2 * st->txn_bytes + (8u << 20) + NTFS_MIN(n, avail);
         return st->low_space ? -ENOSPC : 0;
 }
 
@@ -946,7 +953,7 @@ ssize_t ntfs_ws_write(ntfs_ws *ws, uint64_t ino, const void *buf, size_t size, u
         if (r == 0 && (off > (1ull << 50) || size > (1ull << 50) - off))
                 r = -EFBIG;
         if (r == 0)
-                r = check_space(&c);
+                r = check_space(&c, size);
         uint64_t end = off + size;
         if (r == 0 && end > rec.size)
                 r = quota_bytes(&c, rec.size, end);
@@ -994,7 +1001,7 @@ int ntfs_ws_fallocate(ntfs_ws *ws, uint64_t ino, int mode, uint64_t off, uint64_
         if (r == 0 && !(mode & FALLOC_FL_KEEP_SIZE) && off + len > rec.size) {
                 /* Space is not reserved (content is stored on write), but the
                  * quota and free disk are checked for the new size. */
-                r = check_space(&c);
+                r = check_space(&c, 0);
                 if (r == 0)
                         r = do_truncate(&c, ino, &rec, off + len);
                 if (r == 0) {
@@ -1089,7 +1096,7 @@ static int create_node(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t 
         if (r == 0)
                 r = quota_inode(&c);
         if (r == 0)
-                r = check_space(&c);
+                r = check_space(&c, 0);
         struct ino_rec rec = { 0 };
         uint64_t ino = 0;
         if (r == 0) {
