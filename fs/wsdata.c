@@ -358,6 +358,21 @@ static int wsdata_alloc(ntfs_store *st, uint64_t wsid, uint64_t *ret) {
         return 0;
 }
 
+/* Gives back the slot wsdata_alloc just returned, when nothing came to name
+ * it (a failed write: a full disk, say); the batch goes on without it. */
+static void wsdata_unalloc(ntfs_store *st, uint64_t wsid, uint64_t slot) {
+        size_t i;
+        struct wsdata *w = find_entry(st, wsid, &i);
+        if (st->ntaken && st->taken[st->ntaken - 1].slot == slot && st->taken[st->ntaken - 1].wsid == wsid)
+                st->ntaken--;
+        if (!w || w->retired)
+                return;
+        if (w->live)
+                w->live--;
+        if (free_push(w, slot, 1) == 0) /* ENOMEM: lost until the next scan */
+                w->unpunched++;
+}
+
 /* Writes len bytes at byte in of a slot; buf NULL writes zeros. fresh: some
  * of the bytes are past what the slot's committed record names (a new slot,
  * or a chunk growing), so the next commit must sync them first (rule 1);
@@ -453,11 +468,17 @@ static int slot_store(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx,
                       const uint8_t *buf, size_t in, size_t n) {
         uint64_t slot;
         int r = wsdata_alloc(st, wsid, &slot);
-        if (r == 0 && len)
+        if (r < 0)
+                return r;
+        if (len)
                 r = wsdata_pwrite(st, wsid, slot, 0, data, len, true);
         if (r == 0)
                 r = slot_patch(st, wsid, slot, len, buf, in, n, true);
-        return r < 0 ? r : slot_rec_put(st, wsid, ino, idx, slot, NTFS_MAX(len, in + n));
+        if (r == 0)
+                r = slot_rec_put(st, wsid, ino, idx, slot, NTFS_MAX(len, in + n));
+        if (r < 0)
+                wsdata_unalloc(st, wsid, slot);
+        return r;
 }
 
 int chunk_store(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t idx, const uint8_t *data, size_t len) {

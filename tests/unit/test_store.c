@@ -1857,10 +1857,10 @@ TEST(aborted_batch_drops_cached_records) {
         rm_rf(tmpdir);
 }
 
-/* The slots an aborted batch took are free again at once: the next file
- * takes them instead of growing the data file, and nothing the aborted
- * batch wrote shows. */
-TEST(aborted_batch_gives_its_slots_back) {
+/* The slots an aborted batch or a failed write took are free again at
+ * once: the next file takes them instead of growing the data file, and
+ * nothing the failed calls wrote shows. */
+TEST(failed_writes_give_their_slots_back) {
         static uint8_t x[NTFS_CHUNK_SIZE], y[3 * NTFS_CHUNK_SIZE], z[3 * NTFS_CHUNK_SIZE];
         fill(x, sizeof x, 1);
         fill(y, sizeof y, 2);
@@ -1889,11 +1889,22 @@ TEST(aborted_batch_gives_its_slots_back) {
                 struct ntfs_attr got;
                 ASSERT_ERR(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "b", &got), -ENOENT);
         }
+        /* a write that fails on the data file (a full disk, say) gives the
+         * slot it took back at once; the batch goes on */
+        uint64_t e = mkfile(ws, NTFS_ROOT_INO, "e", NULL);
+        ntfs_fault_arm("wsdata.write", 1, NTFS_FAULT_ERROR);
+        ASSERT(ntfs_ws_write(ws, e, z, NTFS_CHUNK_SIZE, 0, false) < 0);
+        ntfs_fault_disarm();
+        struct ntfs_attr ea;
+        ASSERT_OK(ntfs_ws_getattr(ws, e, &ea));
+        ASSERT_EQ(ea.size, 0u);
+        ASSERT_OK(ntfs_ws_unlink(ws, NTFS_ROOT_INO, "e"));
+
         uint64_t c = mkfile(ws, NTFS_ROOT_INO, "c", NULL);
         ASSERT_EQ(ntfs_ws_write(ws, c, z, sizeof z, 0, false), (long)sizeof z);
         ASSERT_OK(ntfs_store_flush(st, true));
         ASSERT_OK(stat(path, &sb));
-        ASSERT_EQ((uint64_t)sb.st_size, sizeof x + sizeof z); /* c took b's slots */
+        ASSERT_EQ((uint64_t)sb.st_size, sizeof x + sizeof z); /* c took b's (and e's) slots */
         expect_bytes(ws, "a", x, sizeof x);
         expect_bytes(ws, "c", z, sizeof z);
         fsck_clean(st);
@@ -2055,7 +2066,7 @@ int main(void) {
         RUN(fsck_finds_corruption);
         RUN(io_error_leaves_store_consistent);
         RUN(aborted_batch_drops_cached_records);
-        RUN(aborted_batch_gives_its_slots_back);
+        RUN(failed_writes_give_their_slots_back);
         RUN(forget_queue_frees_unlinked_inodes);
         RUN(orphan_of_a_dead_process_is_purged);
         RUN(session_counters_reach_the_batch);
