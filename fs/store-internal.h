@@ -351,10 +351,10 @@ void wsdata_trim(ntfs_store *st);
 /* After a batch committed / was aborted: run / drop its queued frees. */
 void wsdata_committed(ntfs_store *st);
 void wsdata_aborted(ntfs_store *st);
-/* At open: removes data files whose working state names no chunk. */
 /* Disk space the working data files take (st_blocks), for status; no lock
  * needed (it only lists <store>/wsdata). */
 uint64_t wsdata_disk_bytes(ntfs_store *st);
+/* At open: removes data files whose working state names no chunk. */
 int wsdata_sweep(ntfs_store *st);
 void wsdata_close_all(ntfs_store *st);
 /* fsck: every chunk record decodes (an inline one holds exactly its

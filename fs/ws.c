@@ -782,6 +782,7 @@ static int check_space(struct ctx *c, uint64_t n) {
         if (statvfs(st->dir, &sv) < 0)
                 return 0;
         uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+        /* n capped at avail: big enough to refuse, and the sum cannot wrap */
         st->low_space = avail < st->reserve_bytes + 2 * st->txn_bytes + (8u << 20) + NTFS_MIN(n, avail);
         return st->low_space ? -ENOSPC : 0;
 }

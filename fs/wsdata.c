@@ -358,19 +358,25 @@ static int wsdata_alloc(ntfs_store *st, uint64_t wsid, uint64_t *ret) {
         return 0;
 }
 
-/* Gives back the slot wsdata_alloc just returned, when nothing came to name
- * it (a failed write: a full disk, say); the batch goes on without it. */
-static void wsdata_unalloc(ntfs_store *st, uint64_t wsid, uint64_t slot) {
+/* Puts a slot that no record names back on its file's free list: it was
+ * taken by a call or a batch that failed. Its bytes go at the next trim. */
+static void slot_give_back(ntfs_store *st, uint64_t wsid, uint64_t slot) {
         size_t i;
         struct wsdata *w = find_entry(st, wsid, &i);
-        if (st->ntaken && st->taken[st->ntaken - 1].slot == slot && st->taken[st->ntaken - 1].wsid == wsid)
-                st->ntaken--;
         if (!w || w->retired)
                 return;
         if (w->live)
                 w->live--;
         if (free_push(w, slot, 1) == 0) /* ENOMEM: lost until the next scan */
                 w->unpunched++;
+}
+
+/* Gives back the slot wsdata_alloc just returned, when nothing came to name
+ * it (a failed write: a full disk, say); the batch goes on without it. */
+static void wsdata_unalloc(ntfs_store *st, uint64_t wsid, uint64_t slot) {
+        if (st->ntaken && st->taken[st->ntaken - 1].slot == slot && st->taken[st->ntaken - 1].wsid == wsid)
+                st->ntaken--;
+        slot_give_back(st, wsid, slot);
 }
 
 /* Writes len bytes at byte in of a slot; buf NULL writes zeros. fresh: some
@@ -707,19 +713,10 @@ void wsdata_trim(ntfs_store *st) {
 void wsdata_aborted(ntfs_store *st) {
         /* The slots the batch freed stay named by the committed records; the
          * ones it took were free when it took them, and no record names them
-         * now: they are free again (their bytes, whatever the batch wrote,
-         * are given back by the next trim). */
+         * now: they are free again. */
         st->njobs = 0;
-        for (size_t j = 0; j < st->ntaken; j++) {
-                size_t i;
-                struct wsdata *w = find_entry(st, st->taken[j].wsid, &i);
-                if (!w || w->retired)
-                        continue;
-                if (w->live)
-                        w->live--;
-                if (free_push(w, st->taken[j].slot, 1) == 0) /* ENOMEM: lost until the next scan */
-                        w->unpunched++;
-        }
+        for (size_t j = 0; j < st->ntaken; j++)
+                slot_give_back(st, st->taken[j].wsid, st->taken[j].slot);
         st->ntaken = 0;
 }
 
