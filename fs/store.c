@@ -115,6 +115,17 @@ void store_abort_locked(ntfs_store *st) {
         wsdata_aborted(st);
 }
 
+/* An LMDB commit's error as an errno. LMDB reports a short write as EIO
+ * (mdb_page_flush); a disk that is full by then gives short writes, and
+ * the caller should hear ENOSPC. */
+static int commit_err(ntfs_store *st, int rc) {
+        int r = lmdb_err(rc);
+        struct statvfs sv;
+        if (r == -EIO && statvfs(st->dir, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < st->reserve_bytes)
+                r = -ENOSPC;
+        return r;
+}
+
 int store_commit_locked(ntfs_store *st, bool durable) {
         int r = 0;
         if (st->txn) {
@@ -136,7 +147,7 @@ int store_commit_locked(ntfs_store *st, bool durable) {
                 if (rc) {
                         store_caches_drop(st);
                         wsdata_aborted(st);
-                        return lmdb_err(rc);
+                        return commit_err(st, rc);
                 }
                 wsdata_committed(st);
         } else if (durable && (r = wsdata_presync(st, true)) < 0) {

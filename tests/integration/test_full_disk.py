@@ -2,14 +2,16 @@
 """A full disk under a live mount (issue 3: "a clean ENOSPC when the disk is
 full; the store stays consistent"). The store lives on a small tmpfs; a
 mounted session writes until the store refuses, and then: the error is
-ENOSPC, the store kept its reserve, the daemon still answers, what was
-checkpointed reads back, deleting gives the space back, writes and
-checkpoints work again and fsck is clean.
+ENOSPC, the store kept its reserve, the daemon still answers, a checkpoint
+(which would need as much space again) fails with no_space and loses
+nothing, deleting gives the space back, writes and checkpoints work again
+and fsck is clean.
 
 Needs root (it mounts a tmpfs), as the rest of the suite does.
 """
 import errno
 import os
+import random
 import subprocess
 import time
 
@@ -20,16 +22,21 @@ from ctl_fixtures import Daemon
 MIB = 1 << 20
 
 
+def block(i):
+    """The i-th MiB of the big file: incompressible and all different, so
+    that a checkpoint cannot store it in less than it takes."""
+    return random.Random(i).randbytes(MIB)
+
+
 def fill(path, limit):
     """Writes 1 MiB blocks (fsync every 4) until an OSError; returns (bytes
     written and synced, errno)."""
-    block = os.urandom(MIB)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     done = 0
     try:
         while done < limit:
-            for _ in range(4):
-                os.write(fd, block)
+            for i in range(4):
+                os.write(fd, block(done // MIB + i))
             os.fsync(fd)
             done += 4 * MIB
     except OSError as e:
@@ -73,13 +80,19 @@ def test_full_disk_gives_enospc_and_keeps_the_store(scratch):
         # still free, however big the writes (docs/store.md)
         assert sv.f_bavail * sv.f_frsize >= 56 * MIB, f"reserve eaten: {sv.f_bavail * sv.f_frsize >> 20} MiB free"
 
-        # the daemon answers; the mount reads; a checkpoint of what is there
-        # either works or fails cleanly, never with a broken store
+        # the daemon answers; a checkpoint, which would need as much again
+        # for the big file's objects, fails with no_space and changes
+        # nothing: the store is clean and every fsync'd byte reads back
         assert d.jok("status")["sessions"] == 1
+        r = d.ctl("checkpoint", "main", "-m", "on a full disk")
+        assert r.returncode == 1 and "no_space" in r.stderr, (r.returncode, r.stdout, r.stderr)
+        d.fsck_clean()
         with open(f"{mp}/keep", "rb") as f:
             assert f.read() == keep
-        st = os.stat(f"{mp}/big")
-        assert st.st_size >= done
+        assert os.stat(f"{mp}/big").st_size >= done
+        with open(f"{mp}/big", "rb") as f:
+            for i in range(done // MIB):
+                assert f.read(MIB) == block(i), f"MiB {i} of the big file changed"
 
         # deleting gives the space back (the slots are freed at the next
         # commit and punched out by the flusher): writes work again
