@@ -168,6 +168,13 @@ struct ntfs_store {
         uint64_t ops_since_space_check;
         uint64_t bytes_since_space_check; /* written since (check_space, ws.c) */
         bool low_space;
+        /* The reserve, held: blocks fallocate'd (KEEP_SIZE) in LMDB's file
+         * past its high-water mark, so that commits find disk even when
+         * something else fills it (reserve_hold, store.c). */
+        uint64_t held_end;
+        bool held_ok;      /* [high-water mark, + reserve_bytes) is allocated */
+        bool held_nosup;   /* the file system cannot fallocate: statvfs only */
+        bool held_warned;  /* a failure to hold it was logged */
         pthread_t flusher;
         bool flusher_running, stopping;
         pthread_cond_t cond;
@@ -247,6 +254,8 @@ int store_txn_begin(ntfs_store *st);
 /* Frees the unlinked inodes among those the kernel forgot (lock held;
  * ws.c, called by the flusher). */
 void ws_forget_drain_all(ntfs_store *st);
+/* The reserve is held in LMDB's file (store.c, reserve_hold). Lock held. */
+bool store_reserve_held(ntfs_store *st);
 /* Runs invalidate callbacks that a rollback queued (call without the lock). */
 void store_run_invalidations(ntfs_store *st);
 

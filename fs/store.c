@@ -221,6 +221,54 @@ void store_run_invalidations(ntfs_store *st) {
         pthread_mutex_unlock(&st->inval_lock);
 }
 
+/* The end of the pages LMDB uses (its file grows past it only by commits). */
+static uint64_t lmdb_hwm(ntfs_store *st) {
+        MDB_envinfo info;
+        MDB_stat s;
+        if (mdb_env_info(st->env, &info) || mdb_env_stat(st->env, &s))
+                return UINT64_MAX;
+        return (uint64_t)(info.me_last_pgno + 1) * s.ms_psize;
+}
+
+bool store_reserve_held(ntfs_store *st) {
+        /* at least half of it left past the high-water mark (the flusher
+         * tops it up; a store without a flusher holds what open took) */
+        uint64_t hwm = lmdb_hwm(st);
+        return st->held_ok && hwm != UINT64_MAX && st->held_end >= hwm + st->reserve_bytes / 2;
+}
+
+/* Keeps reserve_bytes of disk allocated in LMDB's file past its high-water
+ * mark (fallocate KEEP_SIZE: the file's size is unchanged, LMDB writes its
+ * new pages into blocks that are already there). Check_space refuses new
+ * content before the free disk runs out; this makes sure that what was
+ * already acknowledged can still be committed when something else fills
+ * the disk. Lock held; released around the fallocate. */
+static void reserve_hold(ntfs_store *st) {
+        int fd;
+        uint64_t hwm = lmdb_hwm(st);
+        if (st->held_nosup || hwm == UINT64_MAX || mdb_env_get_fd(st->env, &fd))
+                return;
+        if (st->held_ok && st->held_end >= hwm + st->reserve_bytes / 4 * 3)
+                return;
+        uint64_t len = st->reserve_bytes;
+        pthread_mutex_unlock(&st->lock);
+        int r = fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)hwm, (off_t)len) < 0 ? -errno : 0;
+        pthread_mutex_lock(&st->lock);
+        if (r == -EOPNOTSUPP) {
+                st->held_nosup = true;
+                st->held_ok = false;
+                return;
+        }
+        if (r < 0 && !st->held_warned)
+                log_warn("store: cannot hold the %" PRIu64 " MiB reserve: %s", len >> 20, strerror(-r));
+        else if (r == 0 && st->held_warned)
+                log_info("store: the %" PRIu64 " MiB reserve is held again", len >> 20);
+        st->held_warned = r < 0;
+        st->held_ok = r == 0;
+        if (r == 0)
+                st->held_end = hwm + len;
+}
+
 static void *flusher_main(void *arg) {
         ntfs_store *st = arg;
         pthread_mutex_lock(&st->lock);
@@ -245,6 +293,7 @@ static void *flusher_main(void *arg) {
                         if (r < 0)
                                 log_warn("store: background flush failed: %s", ntfs_strerror(r));
                 }
+                reserve_hold(st);
                 wsdata_trim(st);
         }
         pthread_mutex_unlock(&st->lock);
@@ -718,6 +767,8 @@ int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_st
                 r = store_commit_locked(st, true);
         else
                 store_abort_locked(st);
+        if (r == 0)
+                reserve_hold(st);
         pthread_mutex_unlock(&st->lock);
         if (r < 0)
                 goto fail;

@@ -782,8 +782,12 @@ static int check_space(struct ctx *c, uint64_t n) {
         if (statvfs(st->dir, &sv) < 0)
                 return 0;
         uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
-        /* n capped at avail: big enough to refuse, and the sum cannot wrap */
-        st->low_space = avail < st->reserve_bytes + 2 * st->txn_bytes + (8u << 20) + NTFS_MIN(n, avail);
+        /* With the reserve held in LMDB's file (reserve_hold, store.c) the
+         * free disk need only take the content; else keep the reserve and
+         * room for the batch free here. n capped at avail: big enough to
+         * refuse, and the sum cannot wrap. */
+        uint64_t keep = store_reserve_held(st) ? 0 : st->reserve_bytes + 2 * st->txn_bytes;
+        st->low_space = avail < keep + (8u << 20) + NTFS_MIN(n, avail);
         return st->low_space ? -ENOSPC : 0;
 }
 
