@@ -5,7 +5,8 @@ mounted session writes until the store refuses, and then: the error is
 ENOSPC, the store kept its reserve, the daemon still answers, a checkpoint
 (which would need as much space again) fails with no_space and loses
 nothing, deleting gives the space back, writes and checkpoints work again
-and fsck is clean.
+and fsck is clean. In the second test another program fills the disk under
+the mount; what the store acknowledged must still survive a restart.
 
 Needs root (it mounts a tmpfs), as the rest of the suite does.
 """
