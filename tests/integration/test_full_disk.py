@@ -10,6 +10,7 @@ the mount; what the store acknowledged must still survive a restart.
 
 Needs root (it mounts a tmpfs), as the rest of the suite does.
 """
+import contextlib
 import errno
 import os
 import random
@@ -58,14 +59,26 @@ def write_synced(path, data):
         os.fsync(f.fileno())
 
 
+@contextlib.contextmanager
+def stopped_cleanly(d):
+    """Yields the daemon; stops it however the body ends, then (when the
+    body passed) checks it exited 0 with no sanitizer report."""
+    try:
+        yield d
+    finally:
+        rc = d.stop()
+        errs = d.sanitizer_errors()
+    assert not errs, errs
+    assert rc == 0, d.log_text()[-3000:]
+
+
 def test_full_disk_gives_enospc_and_keeps_the_store(scratch):
     if os.geteuid() != 0:
         pytest.fail("needs root to mount a tmpfs (the suite runs as root)")
     store = os.path.join(scratch, "store")
     os.mkdir(store)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160m,mode=0700", "tmpfs", store], check=True)
-    d = Daemon(scratch)
-    try:
+    with stopped_cleanly(Daemon(scratch)) as d:  # its stop also lazy-unmounts the tmpfs
         d.ok("session", "new", "main")
         mp = os.path.join(scratch, "m")
         os.mkdir(mp)
@@ -118,11 +131,6 @@ def test_full_disk_gives_enospc_and_keeps_the_store(scratch):
         d.ok("umount", mp)
         d.fsck_clean()
         assert d.jok("status")["data_bytes"] < 8 * MIB
-    finally:
-        rc = d.stop()  # also lazy-unmounts the tmpfs under scratch
-        errs = d.sanitizer_errors()
-    assert not errs, errs
-    assert rc == 0, d.log_text()[-3000:]
 
 
 def test_disk_filled_by_another_program_loses_nothing_acknowledged(scratch):
@@ -150,9 +158,8 @@ def filled_by_another(scratch, disk):
     os.symlink(f"{disk}/store", os.path.join(scratch, "store"))
     mp = os.path.join(scratch, "m")
     os.mkdir(mp)
-    d = Daemon(scratch)
     kept = {}
-    try:
+    with stopped_cleanly(Daemon(scratch)) as d:
         d.ok("session", "new", "main")
         d.ok("mount", "main", mp)
         write_synced(f"{mp}/before", b"before\n")
@@ -164,7 +171,6 @@ def filled_by_another(scratch, disk):
                     f.flush()
             except OSError as e:
                 assert e.errno == errno.ENOSPC
-        refused = 0
         for i in range(200):
             data = f"file {i}\n".encode() * (i % 7 + 1)
             try:
@@ -173,20 +179,13 @@ def filled_by_another(scratch, disk):
                 kept[f"f{i}"] = data
             except OSError as e:
                 assert e.errno == errno.ENOSPC, e
-                refused += 1
         assert kept, "nothing could be written at all"
         time.sleep(1)  # several background commits
         assert "background flush failed" not in d.log_text(), d.log_text()[-2000:]
         os.unlink(f"{disk}/filler")
         d.ok("umount", mp)
-    finally:
-        rc = d.stop()
-        errs = d.sanitizer_errors()
-    assert not errs, errs
-    assert rc == 0, d.log_text()[-3000:]
 
-    d = Daemon(scratch)  # a new daemon on the same store
-    try:
+    with stopped_cleanly(Daemon(scratch)) as d:  # a new daemon on the same store
         d.fsck_clean()
         d.ok("mount", "main", mp)
         with open(f"{mp}/before", "rb") as f:
@@ -195,8 +194,3 @@ def filled_by_another(scratch, disk):
             with open(f"{mp}/{name}", "rb") as f:
                 assert f.read() == data, name
         d.ok("umount", mp)
-    finally:
-        rc = d.stop()
-        errs = d.sanitizer_errors()
-    assert not errs, errs
-    assert rc == 0, d.log_text()[-3000:]
