@@ -139,7 +139,9 @@ def test_disk_filled_by_another_program_loses_nothing_acknowledged(scratch):
     held reserve lets the background commits that carry them go through, so
     nothing a program was told it wrote is lost, and after a restart every
     such file is there. Before the reserve was held, the first background
-    commit failed and dropped them silently."""
+    commit failed and dropped them silently. A jailed command meanwhile is
+    either run and journaled or refused with no_space, and the journal
+    holds exactly the commands that ran, each done."""
     if os.geteuid() != 0:
         pytest.fail("needs root to mount a tmpfs (the suite runs as root)")
     # the disk outside scratch: the daemon's teardown unmounts what is
@@ -163,6 +165,7 @@ def filled_by_another(scratch, disk):
         d.ok("session", "new", "main")
         d.ok("mount", "main", mp)
         write_synced(f"{mp}/before", b"before\n")
+        assert d.ok("exec", "main", "--", "echo", "one") == "one\n"
         # another program takes every free block
         with open(f"{disk}/filler", "wb") as f:
             try:
@@ -180,13 +183,22 @@ def filled_by_another(scratch, disk):
             except OSError as e:
                 assert e.errno == errno.ENOSPC, e
         assert kept, "nothing could be written at all"
+        # a jailed command: run and journaled, or refused because the
+        # journal cannot record it; never a half-recorded effect
+        r = d.ctl("exec", "main", "--", "echo", "two")
+        assert (r.returncode, r.stdout) == (0, "two\n") or (r.returncode == 1 and "(no_space)" in r.stderr), r
+        ran = ["echo one"] + (["echo two"] if r.returncode == 0 else [])
         time.sleep(1)  # several background commits
         assert "background flush failed" not in d.log_text(), d.log_text()[-2000:]
         os.unlink(f"{disk}/filler")
+        assert d.ok("exec", "main", "--", "echo", "three") == "three\n"
+        ran.append("echo three")
         d.ok("umount", mp)
 
     with stopped_cleanly(Daemon(scratch)) as d:  # a new daemon on the same store
         d.fsck_clean()
+        effects = d.jok("effects", "main")["effects"]
+        assert sorted((e["input"]["command"], e["status"]) for e in effects) == sorted((c, "done") for c in ran), effects
         d.ok("mount", "main", mp)
         with open(f"{mp}/before", "rb") as f:
             assert f.read() == b"before\n"
