@@ -67,7 +67,9 @@ int lmdb_err(int rc) {
 
 /* ---- the batch transaction -------------------------------------------------- */
 
-static int grow_map_if_needed(ntfs_store *st) {
+/* The end of the pages LMDB uses, its high-water mark: the file grows past
+ * it only by commits. */
+static int lmdb_hwm(ntfs_store *st, uint64_t *ret) {
         MDB_envinfo info;
         MDB_stat stat;
         int rc = mdb_env_info(st->env, &info);
@@ -75,11 +77,19 @@ static int grow_map_if_needed(ntfs_store *st) {
                 rc = mdb_env_stat(st->env, &stat);
         if (rc)
                 return lmdb_err(rc);
-        uint64_t used = (uint64_t)(info.me_last_pgno + 1) * stat.ms_psize;
+        *ret = (uint64_t)(info.me_last_pgno + 1) * stat.ms_psize;
+        return 0;
+}
+
+static int grow_map_if_needed(ntfs_store *st) {
+        uint64_t used;
+        int r = lmdb_hwm(st, &used);
+        if (r < 0)
+                return r;
         if (used + 2 * BATCH_MAX_BYTES < st->map_bytes / 2)
                 return 0;
         uint64_t nsize = st->map_bytes * 2;
-        rc = mdb_env_set_mapsize(st->env, nsize);
+        int rc = mdb_env_set_mapsize(st->env, nsize);
         if (rc)
                 return lmdb_err(rc);
         log_debug("store: map grown to %" PRIu64 " bytes", nsize);
@@ -221,20 +231,11 @@ void store_run_invalidations(ntfs_store *st) {
         pthread_mutex_unlock(&st->inval_lock);
 }
 
-/* The end of the pages LMDB uses (its file grows past it only by commits). */
-static uint64_t lmdb_hwm(ntfs_store *st) {
-        MDB_envinfo info;
-        MDB_stat s;
-        if (mdb_env_info(st->env, &info) || mdb_env_stat(st->env, &s))
-                return UINT64_MAX;
-        return (uint64_t)(info.me_last_pgno + 1) * s.ms_psize;
-}
-
 bool store_reserve_held(ntfs_store *st) {
         /* at least half of it left past the high-water mark (the flusher
          * tops it up; a store without a flusher holds what open took) */
-        uint64_t hwm = lmdb_hwm(st);
-        return st->held_ok && hwm != UINT64_MAX && st->held_end >= hwm + st->reserve_bytes / 2;
+        uint64_t hwm;
+        return st->held_ok && lmdb_hwm(st, &hwm) == 0 && st->held_end >= hwm + st->reserve_bytes / 2;
 }
 
 /* Keeps reserve_bytes of disk allocated in LMDB's file past its high-water
@@ -245,8 +246,8 @@ bool store_reserve_held(ntfs_store *st) {
  * the disk. Lock held; released around the fallocate. */
 static void reserve_hold(ntfs_store *st) {
         int fd;
-        uint64_t hwm = lmdb_hwm(st);
-        if (st->held_nosup || hwm == UINT64_MAX || mdb_env_get_fd(st->env, &fd))
+        uint64_t hwm;
+        if (st->held_nosup || lmdb_hwm(st, &hwm) < 0 || mdb_env_get_fd(st->env, &fd))
                 return;
         if (st->held_ok && st->held_end >= hwm + st->reserve_bytes / 4 * 3)
                 return;
@@ -1464,10 +1465,10 @@ int ntfs_store_stats(ntfs_store *st, struct ntfs_store_stats *ret) {
         if (mdb_stat(st->txn, st->tags, &s) == 0)
                 ret->tags = s.ms_entries;
         MDB_envinfo info;
-        if (mdb_env_info(st->env, &info) == 0 && mdb_env_stat(st->env, &s) == 0) {
+        if (mdb_env_info(st->env, &info) == 0)
                 ret->map_bytes = info.me_mapsize;
-                ret->used_bytes = (uint64_t)(info.me_last_pgno + 1) * s.ms_psize;
-        }
+        if (lmdb_hwm(st, &ret->used_bytes) < 0)
+                ret->used_bytes = 0;
         store_leave(st);
         ret->data_bytes = wsdata_disk_bytes(st);
         return 0;
