@@ -52,6 +52,18 @@ static ntfs_store *open_store(void) {
         return st;
 }
 
+/* A fresh store without the background flusher (every commit is the
+ * test's own), with session "s"; returns its working state. */
+static ntfs_ws *quiet_session(ntfs_store **st) {
+        fresh_dir();
+        *st = NULL;
+        ASSERT_OK(ntfs_store_open(tmpdir, &(struct ntfs_store_opts){ .no_flusher = true }, st));
+        ASSERT_OK(ntfs_session_create(*st, "s", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(*st, "s", &ws));
+        return ws;
+}
+
 /* path helpers over the ws API */
 static int walk(ntfs_ws *ws, const char *path, uint64_t *ret_parent, char *last, uint64_t *ret_ino) {
         uint64_t cur = NTFS_ROOT_INO, parent = 0;
@@ -1210,12 +1222,8 @@ TEST(commits_sync_the_bytes_they_name) {
         static uint8_t x[8192], y[4096], img[sizeof x + 50];
         fill(x, sizeof x, 3);
         fill(y, sizeof y, 4);
-        fresh_dir();
-        ntfs_store *st = NULL; /* no flusher: every commit below is the test's */
-        ASSERT_OK(ntfs_store_open(tmpdir, &(struct ntfs_store_opts){ .no_flusher = true }, &st));
-        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
-        ntfs_ws *ws;
-        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        ntfs_store *st;
+        ntfs_ws *ws = quiet_session(&st); /* no flusher: every commit below is the test's */
         uint64_t f = mkfile(ws, NTFS_ROOT_INO, "f", "");
         ASSERT_OK(ntfs_store_flush(st, true));
 #define WRITE_AT(buf, len, at)                                                          \
@@ -1815,12 +1823,8 @@ TEST(io_error_leaves_store_consistent) {
  * take the copies with it. Every read after the failed commit shows the
  * last committed state. */
 TEST(aborted_batch_drops_cached_records) {
-        fresh_dir();
-        ntfs_store *st = NULL;
-        ASSERT_OK(ntfs_store_open(tmpdir, &(struct ntfs_store_opts){ .no_flusher = true }, &st));
-        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
-        ntfs_ws *ws;
-        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        ntfs_store *st;
+        ntfs_ws *ws = quiet_session(&st);
         uint64_t a = mkfile(ws, NTFS_ROOT_INO, "a", "A");
         ASSERT_OK(ntfs_store_flush(st, false));
         struct ntfs_session_info before;
@@ -1865,12 +1869,8 @@ TEST(failed_writes_give_their_slots_back) {
         fill(x, sizeof x, 1);
         fill(y, sizeof y, 2);
         fill(z, sizeof z, 3);
-        fresh_dir();
-        ntfs_store *st = NULL;
-        ASSERT_OK(ntfs_store_open(tmpdir, &(struct ntfs_store_opts){ .no_flusher = true }, &st));
-        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
-        ntfs_ws *ws;
-        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        ntfs_store *st;
+        ntfs_ws *ws = quiet_session(&st);
         uint64_t a = mkfile(ws, NTFS_ROOT_INO, "a", NULL);
         ASSERT_EQ(ntfs_ws_write(ws, a, x, sizeof x, 0, false), (long)sizeof x);
         ASSERT_OK(ntfs_store_flush(st, false));
