@@ -7,6 +7,7 @@
 
 #include <lmdb.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "fs/store.h"
 
@@ -159,6 +160,7 @@ struct ntfs_store {
         MDB_dbi meta, obj, commits, sess, tags, reflog, ino, dent, chunk, xattr, lmap, dlink, orph, dead;
         bool txn_broken;       /* a write failed: the batch must be aborted */
         pthread_mutex_t lock;
+        atomic_int lock_wanted;   /* threads waiting in store_enter() */
         pthread_mutex_t inval_lock; /* held while invalidate callbacks run */
         MDB_txn *txn;          /* the batch transaction, NULL when none open */
         int64_t txn_started;   /* mono ns */
@@ -253,7 +255,12 @@ void store_settle_locked(ntfs_store *st);
 int store_txn_begin(ntfs_store *st);
 /* Frees the unlinked inodes among those the kernel forgot (lock held;
  * ws.c, called by the flusher). */
-void ws_forget_drain_all(ntfs_store *st);
+/* Frees a slice of every handle's queued forgets (lock held, batch open);
+ * returns how many are still queued. A slice is what the flusher frees per
+ * hold of the store lock: each forget takes a few microseconds, and a FUSE
+ * request that wants the lock waits for the whole slice. */
+#define FORGET_SLICE 32
+size_t ws_forget_drain_all(ntfs_store *st);
 /* The reserve is held in LMDB's file (store.c, reserve_hold). Lock held. */
 bool store_reserve_held(ntfs_store *st);
 /* Runs invalidate callbacks that a rollback queued (call without the lock). */

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,7 +182,9 @@ int store_fresh_txn(ntfs_store *st) {
 }
 
 int store_enter(ntfs_store *st) {
+        atomic_fetch_add_explicit(&st->lock_wanted, 1, memory_order_relaxed);
         pthread_mutex_lock(&st->lock);
+        atomic_fetch_sub_explicit(&st->lock_wanted, 1, memory_order_relaxed);
         int r = txn_begin(st);
         if (r < 0)
                 pthread_mutex_unlock(&st->lock);
@@ -270,6 +273,19 @@ static void reserve_hold(ntfs_store *st) {
                 st->held_end = hwm + len;
 }
 
+/* Lets the FUSE workers waiting in store_enter() have the lock before the
+ * flusher goes on: a request waits for at most one slice of background
+ * work, never for all of it (pthread mutexes are not fair, so an unlock
+ * and a lock would most often keep it). */
+static void yield_to_waiters(ntfs_store *st) {
+        if (!atomic_load_explicit(&st->lock_wanted, memory_order_relaxed))
+                return;
+        pthread_mutex_unlock(&st->lock);
+        for (int i = 0; i < 1000 && atomic_load_explicit(&st->lock_wanted, memory_order_relaxed); i++)
+                sched_yield();
+        pthread_mutex_lock(&st->lock);
+}
+
 static void *flusher_main(void *arg) {
         ntfs_store *st = arg;
         pthread_mutex_lock(&st->lock);
@@ -284,7 +300,13 @@ static void *flusher_main(void *arg) {
                 pthread_cond_timedwait(&st->cond, &st->lock, &ts);
                 if (st->stopping)
                         break;
-                ws_forget_drain_all(st);
+                /* a slice at a time, letting requests in between; bounded,
+                 * so that forgets arriving as fast as they are freed cannot
+                 * keep the batch from its commit */
+                for (int i = 0; i < 4096 && ws_forget_drain_all(st) && !st->stopping; i++)
+                        yield_to_waiters(st);
+                if (st->stopping)
+                        break;
                 if (st->txn && ntfs_mono_ns() - st->txn_started > NTFS_STORE_FLUSH_MS * 1000000LL) {
                         wsdata_presync_unlocked(st, false);
                         if (!st->txn || st->stopping ||

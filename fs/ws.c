@@ -490,7 +490,7 @@ static int ws_new(ntfs_store *st, ntfs_ws **ret) {
 /* Opens the batch if needed (lock held); false if it cannot be. */
 static bool txn_ok(ntfs_store *st) { return store_txn_begin(st) == 0; }
 
-static void forget_drain(ntfs_ws *ws);
+static size_t forget_drain(ntfs_ws *ws, size_t max);
 
 static void ws_free(ntfs_ws *ws) {
         pthread_mutex_destroy(&ws->fq_lock);
@@ -582,7 +582,7 @@ void ntfs_ws_close(ntfs_ws *ws) {
         /* forgotten inodes not yet looked at: freed now if possible, else
          * (no batch) purged as orphans at the next open */
         if (ws->fq_n && txn_ok(st)) {
-                forget_drain(ws);
+                forget_drain(ws, SIZE_MAX);
                 store_settle_locked(st);
         }
         for (ntfs_ws **p = &st->wss; *p; p = &(*p)->next)
@@ -1968,23 +1968,34 @@ void ntfs_ws_forget(ntfs_ws *ws, uint64_t ino) {
 
 /* Looks at ws's queued forgets (store lock held, batch open). A failure
  * leaves the rest as orphans: purged at the next open. */
-static void forget_drain(ntfs_ws *ws) {
-        pthread_mutex_lock(&ws->fq_lock);
-        uint64_t *q = ws->fq;
-        size_t n = ws->fq_n;
-        ws->fq = NULL;
-        ws->fq_n = ws->fq_cap = 0;
-        pthread_mutex_unlock(&ws->fq_lock);
+/* Frees up to max of ws's queued forgets, the most recent first; returns
+ * how many are left queued. */
+static size_t forget_drain(ntfs_ws *ws, size_t max) {
+        uint64_t q[FORGET_SLICE];
+        size_t left = 0;
         struct ctx c = { .st = ws->st, .ws = ws, .wsid = ws->wsid };
         int r = 0;
-        for (size_t i = 0; i < n && r >= 0; i++)
-                r = forget_one_locked(&c, q[i]);
+        while (max && r >= 0) {
+                pthread_mutex_lock(&ws->fq_lock);
+                size_t n = ws->fq_n < FORGET_SLICE ? ws->fq_n : FORGET_SLICE;
+                if (n > max)
+                        n = max;
+                ws->fq_n -= n;
+                memcpy(q, ws->fq + ws->fq_n, n * sizeof *q);
+                left = ws->fq_n;
+                pthread_mutex_unlock(&ws->fq_lock);
+                if (!n)
+                        break;
+                max -= n;
+                for (size_t i = 0; i < n && r >= 0; i++)
+                        r = forget_one_locked(&c, q[i]);
+        }
         if (r < 0)
                 log_debug("ws: freeing forgotten inodes failed: %s", ntfs_strerror(r));
-        free(q);
+        return r < 0 ? 0 : left;
 }
 
-void ws_forget_drain_all(ntfs_store *st) {
+size_t ws_forget_drain_all(ntfs_store *st) {
         bool any = false;
         for (ntfs_ws *w = st->wss; w && !any; w = w->next) {
                 pthread_mutex_lock(&w->fq_lock);
@@ -1992,10 +2003,12 @@ void ws_forget_drain_all(ntfs_store *st) {
                 pthread_mutex_unlock(&w->fq_lock);
         }
         if (!any || !txn_ok(st))
-                return;
+                return 0;
+        size_t left = 0;
         for (ntfs_ws *w = st->wss; w; w = w->next)
-                forget_drain(w);
+                left += forget_drain(w, FORGET_SLICE);
         store_settle_locked(st); /* as store_leave */
+        return left;
 }
 
 static int purge_orphans(ntfs_store *st, uint64_t wsid) {

@@ -2015,6 +2015,43 @@ TEST(forget_queue_frees_unlinked_inodes) {
         rm_rf(tmpdir);
 }
 
+/* The flusher frees queued forgets a slice at a time (a FUSE request
+ * waiting for the store lock gets it between slices): each drain frees at
+ * most one slice, reports what is left, and the rest follow. */
+TEST(queued_forgets_are_freed_a_slice_at_a_time) {
+        ntfs_store *st;
+        ntfs_ws *ws = quiet_session(&st);
+        enum { N = 3 * FORGET_SLICE + 4 };
+        uint64_t inos[N];
+        char name[32];
+        for (int i = 0; i < N; i++) {
+                snprintf(name, sizeof name, "f%d", i);
+                inos[i] = mkfile(ws, NTFS_ROOT_INO, name, "x");
+                ASSERT_OK(ntfs_ws_unlink(ws, NTFS_ROOT_INO, name));
+        }
+        st->flusher_running = true; /* queue them, as with a flusher */
+        for (int i = 0; i < N; i++)
+                ntfs_ws_forget(ws, inos[i]);
+        size_t left[8] = { 0 };
+        int calls = 0;
+        do {
+                ASSERT_OK(store_enter(st));
+                left[calls] = ws_forget_drain_all(st);
+                store_leave(st);
+        } while (left[calls++] && calls < 8);
+        st->flusher_running = false;
+        ASSERT_EQ(calls, 4);
+        for (int i = 0; i < 4; i++)
+                ASSERT_EQ(left[i], i < 3 ? N - (size_t)(i + 1) * FORGET_SLICE : 0);
+        struct ntfs_attr a;
+        for (int i = 0; i < N; i++)
+                ASSERT_ERR(ntfs_ws_getattr(ws, inos[i], &a), -ESTALE);
+        fsck_clean(st);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
 /* An inode unlinked while the kernel still used it, by a process that died
  * after the batch committed: its orph record reached that commit, and
  * the next open frees it. */
@@ -2068,6 +2105,7 @@ int main(void) {
         RUN(aborted_batch_drops_cached_records);
         RUN(failed_writes_give_their_slots_back);
         RUN(forget_queue_frees_unlinked_inodes);
+        RUN(queued_forgets_are_freed_a_slice_at_a_time);
         RUN(orphan_of_a_dead_process_is_purged);
         RUN(session_counters_reach_the_batch);
         RUN(crash_points);
