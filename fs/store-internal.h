@@ -161,6 +161,7 @@ struct ntfs_store {
         bool txn_broken;       /* a write failed: the batch must be aborted */
         pthread_mutex_t lock;
         atomic_int lock_wanted;   /* threads waiting in store_enter() */
+        atomic_uint lock_taken;   /* store_enter() acquisitions, wrapping */
         pthread_mutex_t inval_lock; /* held while invalidate callbacks run */
         MDB_txn *txn;          /* the batch transaction, NULL when none open */
         int64_t txn_started;   /* mono ns */

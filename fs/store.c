@@ -185,6 +185,7 @@ int store_enter(ntfs_store *st) {
         atomic_fetch_add_explicit(&st->lock_wanted, 1, memory_order_relaxed);
         pthread_mutex_lock(&st->lock);
         atomic_fetch_sub_explicit(&st->lock_wanted, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&st->lock_taken, 1, memory_order_relaxed);
         int r = txn_begin(st);
         if (r < 0)
                 pthread_mutex_unlock(&st->lock);
@@ -273,15 +274,19 @@ static void reserve_hold(ntfs_store *st) {
                 st->held_end = hwm + len;
 }
 
-/* Lets the FUSE workers waiting in store_enter() have the lock before the
+/* Lets a FUSE worker waiting in store_enter() have the lock before the
  * flusher goes on: a request waits for at most one slice of background
- * work, never for all of it (pthread mutexes are not fair, so an unlock
- * and a lock would most often keep it). */
+ * work, never for all of it. pthread mutexes are not fair (an unlock and a
+ * lock would most often keep it), so the flusher yields until one waiter
+ * has taken the lock, for at most 200 us. */
 static void yield_to_waiters(ntfs_store *st) {
         if (!atomic_load_explicit(&st->lock_wanted, memory_order_relaxed))
                 return;
+        unsigned taken = atomic_load_explicit(&st->lock_taken, memory_order_relaxed);
+        int64_t until = ntfs_mono_ns() + 200 * 1000;
         pthread_mutex_unlock(&st->lock);
-        for (int i = 0; i < 1000 && atomic_load_explicit(&st->lock_wanted, memory_order_relaxed); i++)
+        while (atomic_load_explicit(&st->lock_taken, memory_order_relaxed) == taken &&
+               atomic_load_explicit(&st->lock_wanted, memory_order_relaxed) && ntfs_mono_ns() < until)
                 sched_yield();
         pthread_mutex_lock(&st->lock);
 }
