@@ -1966,10 +1966,10 @@ void ntfs_ws_forget(ntfs_ws *ws, uint64_t ino) {
         ctx_leave(&c, forget_one_locked(&c, ino));
 }
 
-/* Looks at ws's queued forgets (store lock held, batch open). A failure
- * leaves the rest as orphans: purged at the next open. */
-/* Frees up to max of ws's queued forgets, the most recent first; returns
- * how many are left queued. */
+/* Looks at up to max of ws's queued forgets, the most recent first (store
+ * lock held, batch open); returns how many are left queued. A failure
+ * leaves the rest of its slice as orphans, purged at the next open, and
+ * the queue to the next drain. */
 static size_t forget_drain(ntfs_ws *ws, size_t max) {
         uint64_t q[FORGET_SLICE];
         size_t left = 0;
