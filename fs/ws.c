@@ -1981,7 +1981,8 @@ static size_t forget_drain(ntfs_ws *ws, size_t max) {
                 if (n > max)
                         n = max;
                 ws->fq_n -= n;
-                memcpy(q, ws->fq + ws->fq_n, n * sizeof *q);
+                if (n) /* fq is NULL while nothing was ever queued */
+                        memcpy(q, ws->fq + ws->fq_n, n * sizeof *q);
                 left = ws->fq_n;
                 pthread_mutex_unlock(&ws->fq_lock);
                 if (!n)
