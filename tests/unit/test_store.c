@@ -2021,6 +2021,9 @@ TEST(forget_queue_frees_unlinked_inodes) {
 TEST(queued_forgets_are_freed_a_slice_at_a_time) {
         ntfs_store *st;
         ntfs_ws *ws = quiet_session(&st);
+        ntfs_ws *idle; /* never queues anything: its queue is not allocated */
+        ASSERT_OK(ntfs_session_create(st, "t", NULL, NULL));
+        ASSERT_OK(ntfs_ws_open(st, "t", &idle));
         enum { N = 3 * FORGET_SLICE + 4 };
         uint64_t inos[N];
         char name[32];
@@ -2047,6 +2050,7 @@ TEST(queued_forgets_are_freed_a_slice_at_a_time) {
         for (int i = 0; i < N; i++)
                 ASSERT_ERR(ntfs_ws_getattr(ws, inos[i], &a), -ESTALE);
         fsck_clean(st);
+        ntfs_ws_close(idle);
         ntfs_ws_close(ws);
         ntfs_store_close(st);
         rm_rf(tmpdir);
