@@ -254,12 +254,11 @@ int store_fresh_txn(ntfs_store *st);
 void store_settle_locked(ntfs_store *st);
 /* Begins the batch if none is open (lock held). */
 int store_txn_begin(ntfs_store *st);
-/* Frees the unlinked inodes among those the kernel forgot (lock held;
- * ws.c, called by the flusher). */
-/* Frees a slice of every handle's queued forgets (lock held, batch open);
- * returns how many are still queued. A slice is what the flusher frees per
- * hold of the store lock: each forget takes a few microseconds, and a FUSE
- * request that wants the lock waits for the whole slice. */
+/* Frees the unlinked inodes among a slice of every handle's queued forgets
+ * (lock held, batch open; ws.c, called by the flusher); returns how many
+ * are still queued. A slice is what the flusher frees per hold of the
+ * store lock: each forget takes a few microseconds, and a FUSE request
+ * that wants the lock waits for the whole slice. */
 #define FORGET_SLICE 32
 size_t ws_forget_drain_all(ntfs_store *st);
 /* The reserve is held in LMDB's file (store.c, reserve_hold). Lock held. */
