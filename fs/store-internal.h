@@ -254,9 +254,9 @@ int store_fresh_txn(ntfs_store *st);
 void store_settle_locked(ntfs_store *st);
 /* Begins the batch if none is open (lock held). */
 int store_txn_begin(ntfs_store *st);
-/* Frees the unlinked inodes among a slice of every handle's queued forgets
- * (lock held, batch open; ws.c, called by the flusher); returns how many
- * are still queued. A slice is what the flusher frees per hold of the
+/* Frees the unlinked inodes among one slice of the handles' queued forgets,
+ * all handles together (lock held, batch open; ws.c, called by the
+ * flusher); returns how many are still queued. A slice is what the flusher frees per hold of the
  * store lock: each forget takes a few microseconds, and a FUSE request
  * that wants the lock waits for the whole slice. */
 #define FORGET_SLICE 32

@@ -490,7 +490,7 @@ static int ws_new(ntfs_store *st, ntfs_ws **ret) {
 /* Opens the batch if needed (lock held); false if it cannot be. */
 static bool txn_ok(ntfs_store *st) { return store_txn_begin(st) == 0; }
 
-static size_t forget_drain(ntfs_ws *ws, size_t max);
+static size_t forget_drain(ntfs_ws *ws, size_t *budget);
 
 static void ws_free(ntfs_ws *ws) {
         pthread_mutex_destroy(&ws->fq_lock);
@@ -582,7 +582,8 @@ void ntfs_ws_close(ntfs_ws *ws) {
         /* forgotten inodes not yet looked at: freed now if possible, else
          * (no batch) purged as orphans at the next open */
         if (ws->fq_n && txn_ok(st)) {
-                forget_drain(ws, SIZE_MAX);
+                size_t all = SIZE_MAX;
+                forget_drain(ws, &all);
                 store_settle_locked(st);
         }
         for (ntfs_ws **p = &st->wss; *p; p = &(*p)->next)
@@ -1966,31 +1967,29 @@ void ntfs_ws_forget(ntfs_ws *ws, uint64_t ino) {
         ctx_leave(&c, forget_one_locked(&c, ino));
 }
 
-/* Looks at up to max of ws's queued forgets, the most recent first (store
- * lock held, batch open); returns how many are left queued. A failure
- * leaves the rest of its slice as orphans, purged at the next open, and
- * the queue to the next drain. */
-static size_t forget_drain(ntfs_ws *ws, size_t max) {
+/* Looks at ws's queued forgets, the most recent first, while *budget lasts,
+ * counting them off it (store lock held, batch open); returns how many are
+ * left queued. A failure leaves the rest of its slice as orphans, purged
+ * at the next open, and the queue to the next drain. */
+static size_t forget_drain(ntfs_ws *ws, size_t *budget) {
         uint64_t q[FORGET_SLICE];
-        size_t left = 0;
         struct ctx c = { .st = ws->st, .ws = ws, .wsid = ws->wsid };
+        size_t n, left;
         int r = 0;
-        while (max && r >= 0) {
+        do {
                 pthread_mutex_lock(&ws->fq_lock);
-                size_t n = ws->fq_n < FORGET_SLICE ? ws->fq_n : FORGET_SLICE;
-                if (n > max)
-                        n = max;
+                n = ws->fq_n < FORGET_SLICE ? ws->fq_n : FORGET_SLICE;
+                if (n > *budget)
+                        n = *budget;
                 ws->fq_n -= n;
                 if (n) /* fq is NULL while nothing was ever queued */
                         memcpy(q, ws->fq + ws->fq_n, n * sizeof *q);
                 left = ws->fq_n;
                 pthread_mutex_unlock(&ws->fq_lock);
-                if (!n)
-                        break;
-                max -= n;
+                *budget -= n;
                 for (size_t i = 0; i < n && r >= 0; i++)
                         r = forget_one_locked(&c, q[i]);
-        }
+        } while (n && left && *budget && r >= 0);
         if (r < 0)
                 log_debug("ws: freeing forgotten inodes failed: %s", ntfs_strerror(r));
         return r < 0 ? 0 : left;
@@ -2005,9 +2004,10 @@ size_t ws_forget_drain_all(ntfs_store *st) {
         }
         if (!any || !txn_ok(st))
                 return 0;
-        size_t left = 0;
+        /* one slice in all, however many workspaces are mounted */
+        size_t budget = FORGET_SLICE, left = 0;
         for (ntfs_ws *w = st->wss; w; w = w->next)
-                left += forget_drain(w, FORGET_SLICE);
+                left += forget_drain(w, &budget);
         store_settle_locked(st); /* as store_leave */
         return left;
 }

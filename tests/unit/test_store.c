@@ -2017,24 +2017,28 @@ TEST(forget_queue_frees_unlinked_inodes) {
 
 /* The flusher frees queued forgets a slice at a time (a FUSE request
  * waiting for the store lock gets it between slices): each drain frees at
- * most one slice, reports what is left, and the rest follow. */
+ * most one slice, over all workspaces together, reports what is left, and
+ * the rest follow. */
 TEST(queued_forgets_are_freed_a_slice_at_a_time) {
         ntfs_store *st;
-        ntfs_ws *ws = quiet_session(&st);
-        ntfs_ws *idle; /* never queues anything: its queue is not allocated */
+        ntfs_ws *ws = quiet_session(&st), *other, *idle; /* idle never queues: no queue allocated */
         ASSERT_OK(ntfs_session_create(st, "t", NULL, NULL));
         ASSERT_OK(ntfs_ws_open(st, "t", &idle));
-        enum { N = 3 * FORGET_SLICE + 4 };
-        uint64_t inos[N];
+        ASSERT_OK(ntfs_session_create(st, "u", NULL, NULL));
+        ASSERT_OK(ntfs_ws_open(st, "u", &other));
+        enum { N = 3 * FORGET_SLICE + 4, M = FORGET_SLICE / 2, T = N + M };
+        ntfs_ws *owner[T];
+        uint64_t inos[T];
         char name[32];
-        for (int i = 0; i < N; i++) {
+        for (int i = 0; i < T; i++) {
+                owner[i] = i < N ? ws : other;
                 snprintf(name, sizeof name, "f%d", i);
-                inos[i] = mkfile(ws, NTFS_ROOT_INO, name, "x");
-                ASSERT_OK(ntfs_ws_unlink(ws, NTFS_ROOT_INO, name));
+                inos[i] = mkfile(owner[i], NTFS_ROOT_INO, name, "x");
+                ASSERT_OK(ntfs_ws_unlink(owner[i], NTFS_ROOT_INO, name));
         }
         st->flusher_running = true; /* queue them, as with a flusher */
-        for (int i = 0; i < N; i++)
-                ntfs_ws_forget(ws, inos[i]);
+        for (int i = 0; i < T; i++)
+                ntfs_ws_forget(owner[i], inos[i]);
         size_t left[8] = { 0 };
         int calls = 0;
         do {
@@ -2043,13 +2047,14 @@ TEST(queued_forgets_are_freed_a_slice_at_a_time) {
                 store_leave(st);
         } while (left[calls++] && calls < 8);
         st->flusher_running = false;
-        ASSERT_EQ(calls, 4);
-        for (int i = 0; i < 4; i++)
-                ASSERT_EQ(left[i], i < 3 ? N - (size_t)(i + 1) * FORGET_SLICE : 0);
+        ASSERT_EQ(calls, (T + FORGET_SLICE - 1) / FORGET_SLICE);
+        for (int i = 0; i < calls; i++)
+                ASSERT_EQ(left[i], i < calls - 1 ? T - (size_t)(i + 1) * FORGET_SLICE : 0);
         struct ntfs_attr a;
-        for (int i = 0; i < N; i++)
-                ASSERT_ERR(ntfs_ws_getattr(ws, inos[i], &a), -ESTALE);
+        for (int i = 0; i < T; i++)
+                ASSERT_ERR(ntfs_ws_getattr(owner[i], inos[i], &a), -ESTALE);
         fsck_clean(st);
+        ntfs_ws_close(other);
         ntfs_ws_close(idle);
         ntfs_ws_close(ws);
         ntfs_store_close(st);
