@@ -54,6 +54,13 @@
  * at the bound they are all invalidated and forgotten (the kernel never
  * says when it drops a negative dentry). */
 #define MOUNT_NEG_MAX 32768
+/* Entry and attribute timeouts: long, since every change to the working
+ * state that does not come through this mount replaces it (a rollback) and
+ * invalidates explicitly; at most MOUNT_SHARED_TIMEOUT while another
+ * read-write handle on the session is open (ntfs_ws_shared), whose changes
+ * this mount's kernel does not hear of. docs/mount.md. */
+#define MOUNT_TIMEOUT 86400.0
+#define MOUNT_SHARED_TIMEOUT 1.0
 
 /* ---- the kernel's view: inodes and entries ------------------------------ */
 
@@ -406,6 +413,20 @@ static void attr_to_stat(const struct ntfs_attr *a, struct stat *st) {
         st->st_ctim = a->ctime;
 }
 
+/* What may change the kernel's cached answers: a rollback (the
+ * generation) or another handle opening on the session (the sharing
+ * epoch); both only go up. A reply whose request straddled a change is
+ * sent with zero timeouts. */
+static uint64_t cache_epoch(ntfs_mount *m) { return ntfs_ws_generation(m->ws) + ntfs_ws_share_epoch(m->ws); }
+
+static double entry_timeout(ntfs_mount *m) {
+        return ntfs_ws_shared(m->ws) ? NTFS_MIN(m->entry_timeout, MOUNT_SHARED_TIMEOUT) : m->entry_timeout;
+}
+
+static double attr_timeout(ntfs_mount *m) {
+        return ntfs_ws_shared(m->ws) ? NTFS_MIN(m->attr_timeout, MOUNT_SHARED_TIMEOUT) : m->attr_timeout;
+}
+
 static void fill_entry(ntfs_mount *m, const struct ntfs_attr *a, uint64_t gen, struct fuse_entry_param *e) {
         memset(e, 0, sizeof(*e));
         e->ino = a->ino;
@@ -414,8 +435,8 @@ static void fill_entry(ntfs_mount *m, const struct ntfs_attr *a, uint64_t gen, s
          * generation is fixed at 0 by the kernel. */
         e->generation = a->ino == NTFS_ROOT_INO ? 0 : gen;
         attr_to_stat(a, &e->attr);
-        e->attr_timeout = m->attr_timeout;
-        e->entry_timeout = m->entry_timeout;
+        e->attr_timeout = attr_timeout(m);
+        e->entry_timeout = entry_timeout(m);
 }
 
 static inline ntfs_mount *req_mount(fuse_req_t req) { return fuse_req_userdata(req); }
@@ -425,7 +446,7 @@ static void reply_err(fuse_req_t req, int r) { fuse_reply_err(req, r < 0 ? -r : 
 /* Records the new lookup reference, then replies with the entry; undoes
  * the reference when the kernel did not take it (interrupted request). */
 static void reply_entry(fuse_req_t req, uint64_t parent, const char *name, const struct ntfs_attr *a,
-                        uint64_t gen_before) {
+                        uint64_t epoch_before) {
         ntfs_mount *m = req_mount(req);
         int r = remember(m, parent, name, a->ino);
         if (r < 0) {
@@ -433,11 +454,11 @@ static void reply_entry(fuse_req_t req, uint64_t parent, const char *name, const
                 return;
         }
         struct fuse_entry_param e;
-        uint64_t gen = ntfs_ws_generation(m->ws);
-        fill_entry(m, a, gen, &e);
-        if (gen != gen_before) {
-                /* A rollback ran during this request: the answer may be of
-                 * the old state, so the kernel must not keep it. */
+        fill_entry(m, a, ntfs_ws_generation(m->ws), &e);
+        if (cache_epoch(m) != epoch_before) {
+                /* A rollback ran during this request (the answer may be of
+                 * the old state) or the session became shared: the kernel
+                 * must not keep it. */
                 e.entry_timeout = 0;
                 e.attr_timeout = 0;
         }
@@ -446,7 +467,7 @@ static void reply_entry(fuse_req_t req, uint64_t parent, const char *name, const
 }
 
 static void reply_create(fuse_req_t req, uint64_t parent, const char *name, const struct ntfs_attr *a,
-                         uint64_t gen_before, struct fuse_file_info *fi) {
+                         uint64_t epoch_before, struct fuse_file_info *fi) {
         ntfs_mount *m = req_mount(req);
         int r = remember(m, parent, name, a->ino);
         if (r < 0) {
@@ -454,9 +475,8 @@ static void reply_create(fuse_req_t req, uint64_t parent, const char *name, cons
                 return;
         }
         struct fuse_entry_param e;
-        uint64_t gen = ntfs_ws_generation(m->ws);
-        fill_entry(m, a, gen, &e);
-        if (gen != gen_before) {
+        fill_entry(m, a, ntfs_ws_generation(m->ws), &e);
+        if (cache_epoch(m) != epoch_before) {
                 e.entry_timeout = 0;
                 e.attr_timeout = 0;
         }
@@ -470,7 +490,7 @@ static void reply_create(fuse_req_t req, uint64_t parent, const char *name, cons
 static void reply_attr(fuse_req_t req, const struct ntfs_attr *a) {
         struct stat st;
         attr_to_stat(a, &st);
-        fuse_reply_attr(req, &st, req_mount(req)->attr_timeout);
+        fuse_reply_attr(req, &st, attr_timeout(req_mount(req)));
 }
 
 /* Owner of a new inode: the caller's fsuid/fsgid, except in a setgid
@@ -647,7 +667,7 @@ static void op_init(void *ud, struct fuse_conn_info *conn) {
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
         ntfs_mount *m = req_mount(req);
-        uint64_t gen = ntfs_ws_generation(m->ws);
+        uint64_t epoch = cache_epoch(m);
         struct ntfs_attr a;
         int r = ntfs_ws_lookup(m->ws, parent, name, &a);
         if (r == -ENOENT && m->entry_timeout > 0) {
@@ -660,8 +680,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
                 pthread_mutex_lock(&m->lock);
                 bool rec = entry_set_negative(m, parent, name);
                 pthread_mutex_unlock(&m->lock);
-                if (rec && ntfs_ws_generation(m->ws) == gen) {
-                        struct fuse_entry_param e = {.ino = 0, .entry_timeout = m->entry_timeout};
+                if (rec && cache_epoch(m) == epoch) {
+                        struct fuse_entry_param e = {.ino = 0, .entry_timeout = entry_timeout(m)};
                         fuse_reply_entry(req, &e);
                         return;
                 }
@@ -670,7 +690,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
                 reply_err(req, r);
                 return;
         }
-        reply_entry(req, parent, name, &a, gen);
+        reply_entry(req, parent, name, &a, epoch);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
@@ -776,7 +796,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev) {
         ntfs_mount *m = req_mount(req);
-        uint64_t gen = ntfs_ws_generation(m->ws);
+        uint64_t epoch = cache_epoch(m);
         uint32_t uid, gid, md = mode;
         int r = new_owner(req, parent, false, &uid, &gid, &md);
         struct ntfs_attr a;
@@ -785,12 +805,12 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
         if (r < 0)
                 reply_err(req, r);
         else
-                reply_entry(req, parent, name, &a, gen);
+                reply_entry(req, parent, name, &a, epoch);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode) {
         ntfs_mount *m = req_mount(req);
-        uint64_t gen = ntfs_ws_generation(m->ws);
+        uint64_t epoch = cache_epoch(m);
         uint32_t uid, gid, md = mode & 07777;
         int r = new_owner(req, parent, true, &uid, &gid, &md);
         struct ntfs_attr a;
@@ -799,12 +819,12 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
         if (r < 0)
                 reply_err(req, r);
         else
-                reply_entry(req, parent, name, &a, gen);
+                reply_entry(req, parent, name, &a, epoch);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name) {
         ntfs_mount *m = req_mount(req);
-        uint64_t gen = ntfs_ws_generation(m->ws);
+        uint64_t epoch = cache_epoch(m);
         uint32_t uid, gid, md = 0;
         int r = new_owner(req, parent, false, &uid, &gid, &md);
         struct ntfs_attr a;
@@ -813,7 +833,7 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
         if (r < 0)
                 reply_err(req, r);
         else
-                reply_entry(req, parent, name, &a, gen);
+                reply_entry(req, parent, name, &a, epoch);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino) {
@@ -879,13 +899,13 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname) {
         ntfs_mount *m = req_mount(req);
-        uint64_t gen = ntfs_ws_generation(m->ws);
+        uint64_t epoch = cache_epoch(m);
         struct ntfs_attr a;
         int r = ntfs_ws_link(m->ws, ino, newparent, newname, &a);
         if (r < 0)
                 reply_err(req, r);
         else
-                reply_entry(req, newparent, newname, &a, gen);
+                reply_entry(req, newparent, newname, &a, epoch);
 }
 
 /* No per-open state: the first OPEN / OPENDIR answered ENOSYS makes the
@@ -906,7 +926,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                       struct fuse_file_info *fi) {
         ntfs_mount *m = req_mount(req);
-        uint64_t gen = ntfs_ws_generation(m->ws);
+        uint64_t epoch = cache_epoch(m);
         uint32_t uid, gid, md = S_IFREG | (mode & 07777);
         int r = new_owner(req, parent, false, &uid, &gid, &md);
         struct ntfs_attr a;
@@ -925,7 +945,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
         if (r < 0)
                 reply_err(req, r);
         else
-                reply_create(req, parent, name, &a, gen, fi);
+                reply_create(req, parent, name, &a, epoch, fi);
 }
 
 /* One read buffer per worker thread, freed when the thread ends. */
@@ -1084,6 +1104,21 @@ static int rd_cb(const char *name, const struct ntfs_attr *attr, uint64_t next_c
         return 0;
 }
 
+/* Zeroes the entry and attribute timeouts of the READDIRPLUS records in
+ * buf[0, len) (the kernel's layout, linux/fuse.h). */
+static void direntplus_expire(char *buf, size_t len) {
+        size_t off = 0;
+        while (len - off >= FUSE_NAME_OFFSET_DIRENTPLUS) {
+                struct fuse_direntplus *d = (struct fuse_direntplus *)(void *)(buf + off);
+                size_t rec = FUSE_DIRENTPLUS_SIZE(d);
+                if (rec > len - off)
+                        break;
+                d->entry_out.entry_valid = d->entry_out.attr_valid = 0;
+                d->entry_out.entry_valid_nsec = d->entry_out.attr_valid_nsec = 0;
+                off += rec;
+        }
+}
+
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
         ntfs_mount *m = req_mount(req);
         if (off < 0) {
@@ -1097,6 +1132,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, b
                 return;
         }
         struct rd_ctx c = {.req = req, .m = m, .buf = buf, .size = size, .dir = ino, .plus = plus};
+        uint64_t epoch = cache_epoch(m);
         c.gen = ntfs_ws_generation(m->ws);
         int r = ntfs_ws_readdir(m->ws, ino, (uint64_t)off, plus, rd_cb, &c);
         if (r < 0 && c.pos == 0) {
@@ -1107,6 +1143,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, b
                 reply_err(req, c.err);
                 return;
         }
+        if (plus && cache_epoch(m) != epoch)
+                direntplus_expire(buf, c.pos); /* as reply_entry does */
         fuse_reply_buf(req, buf, c.pos);
 }
 
@@ -1455,8 +1493,8 @@ void ntfs_mount_opts_init(struct ntfs_mount_opts *o) {
         memset(o, 0, sizeof(*o));
         o->allow_other = true;
         o->max_threads = 8;
-        o->entry_timeout = 1.0;
-        o->attr_timeout = 1.0;
+        o->entry_timeout = MOUNT_TIMEOUT;
+        o->attr_timeout = MOUNT_TIMEOUT;
         o->fsname = "ntfs";
 }
 
@@ -1700,8 +1738,8 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
         pthread_condattr_destroy(&ca);
         m->ws = ws;
         m->read_only = o->read_only || ntfs_ws_readonly(ws);
-        m->entry_timeout = o->entry_timeout >= 0 ? o->entry_timeout : 1.0;
-        m->attr_timeout = o->attr_timeout >= 0 ? o->attr_timeout : 1.0;
+        m->entry_timeout = o->entry_timeout >= 0 ? o->entry_timeout : MOUNT_TIMEOUT;
+        m->attr_timeout = o->attr_timeout >= 0 ? o->attr_timeout : MOUNT_TIMEOUT;
         m->max_threads = o->max_threads ? o->max_threads : 8;
         const char *stats = getenv("NTFS_FUSE_STATS");
         m->stats_path = stats && *stats ? stats : NULL;

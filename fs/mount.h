@@ -45,8 +45,8 @@ struct ntfs_mount_opts {
         bool allow_other;        /* default true (see ntfs_mount_opts_init): the jail's root must see it */
         bool read_only;          /* forced true for a read-only view */
         uint32_t max_threads;    /* libfuse worker threads; 0: default (8) */
-        double entry_timeout;    /* seconds; default 1.0 (measured as good as 86,400) */
-        double attr_timeout;     /* seconds; default 1.0 */
+        double entry_timeout;    /* seconds; default 86,400; at most 1 while the session is shared */
+        double attr_timeout;     /* seconds; default 86,400 (the same) */
         bool debug;              /* libfuse's request trace on stderr */
         const char *fsname;      /* shown in /proc/mounts; default "ntfs" */
         /* Called once from the loop thread when the loop ended without

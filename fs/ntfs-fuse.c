@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
         const char *store_dir = NULL, *session = NULL, *at = NULL;
         bool create = false, ro = false, foreground = false, ckpt_signals = false, debug = false;
         uint64_t threads = 0;
-        double timeout = 1.0;
+        double timeout = -1; /* the mount library's default */
         enum { OPT_STORE = 256, OPT_CREATE, OPT_SESSION, OPT_AT, OPT_RO, OPT_CKPT, OPT_THREADS, OPT_TIMEOUT, OPT_DEBUG };
         static const struct option longopts[] = {
                 {"store", required_argument, NULL, OPT_STORE},
@@ -221,7 +221,8 @@ int main(int argc, char **argv) {
         mo.mountpoint = mountpoint;
         mo.read_only = ro || at;
         mo.debug = debug;
-        mo.entry_timeout = mo.attr_timeout = timeout;
+        if (timeout >= 0)
+                mo.entry_timeout = mo.attr_timeout = timeout;
         if (threads)
                 mo.max_threads = (uint32_t)threads;
         mo.on_exit = on_mount_exit;

@@ -224,6 +224,11 @@ struct ntfs_ws {
         uint64_t changes;      /* successful write calls (auto-checkpoint polls it) */
         bool readonly;
         bool invalidate_pending;
+        /* Another read-write handle on the session is open (atomic: read
+         * without the store lock by the mount's workers), and how often the
+         * handle became so (ntfs_ws_shared). */
+        bool shared;
+        uint64_t share_epoch;
         /* for views (no session record): */
         uint64_t view_next_ino;
         ntfs_hash view_commit;

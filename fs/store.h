@@ -257,12 +257,22 @@ int ntfs_ws_open(ntfs_store *st, const char *session, ntfs_ws **ret);
 int ntfs_ws_open_view(ntfs_store *st, const char *ref, ntfs_ws **ret);
 void ntfs_ws_close(ntfs_ws *ws);
 bool ntfs_ws_readonly(const ntfs_ws *ws);
-/* Called (without the store lock held) after the state was replaced. */
+/* Called (without the store lock held) after the state was replaced, and
+ * when another handle on the same session opens (see ntfs_ws_shared). */
 void ntfs_ws_set_invalidate_cb(ntfs_ws *ws, void (*cb)(ntfs_ws *, void *), void *ud);
 /* Number of successful write calls on this handle (for auto-checkpoint). */
 uint64_t ntfs_ws_changes(ntfs_ws *ws);
 /* Incremented each time the state is replaced (rollback). */
 uint64_t ntfs_ws_generation(ntfs_ws *ws);
+/* True while another read-write handle on the same session is open: then
+ * changes can reach the working state that this handle's user (a mount)
+ * does not see, so it must not let the kernel cache answers for long. When
+ * a second handle opens, every handle already open on the session becomes
+ * shared, its sharing epoch is incremented, and its invalidate callback
+ * runs (before ntfs_ws_open returns). */
+bool ntfs_ws_shared(ntfs_ws *ws);
+/* Incremented each time the handle becomes shared. */
+uint64_t ntfs_ws_share_epoch(ntfs_ws *ws);
 const char *ntfs_ws_session(const ntfs_ws *ws); /* NULL for a view */
 
 int ntfs_ws_lookup(ntfs_ws *ws, uint64_t parent, const char *name, struct ntfs_attr *ret);

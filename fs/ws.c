@@ -502,6 +502,24 @@ static void ws_free(ntfs_ws *ws) {
 /* Purges inodes that were unlinked while open by a previous mount. */
 static int purge_orphans(ntfs_store *st, uint64_t wsid);
 
+/* Is a read-write handle on working state wsid open (lock held)? With
+ * mark, each one becomes shared, if it was not already: its sharing epoch
+ * goes up and its invalidate callback is due (ntfs_ws_shared). */
+static bool ws_others(ntfs_store *st, uint64_t wsid, bool mark) {
+        bool any = false;
+        for (ntfs_ws *w = st->wss; w; w = w->next) {
+                if (!w->session || w->wsid != wsid)
+                        continue;
+                any = true;
+                if (mark && !__atomic_load_n(&w->shared, __ATOMIC_ACQUIRE)) {
+                        __atomic_add_fetch(&w->share_epoch, 1, __ATOMIC_RELEASE);
+                        __atomic_store_n(&w->shared, true, __ATOMIC_RELEASE);
+                        w->invalidate_pending = true;
+                }
+        }
+        return any;
+}
+
 int ntfs_ws_open(ntfs_store *st, const char *session, ntfs_ws **ret) {
         if (!ntfs_name_valid(session))
                 return -NTFS_EINVALNAME;
@@ -519,11 +537,18 @@ int ntfs_ws_open(ntfs_store *st, const char *session, ntfs_ws **ret) {
                 return r;
         }
         struct sess_rec sr;
+        bool shared = false;
         r = sess_get(st, session, &sr);
         if (r == 0)
+                shared = ws_others(st, sr.wsid, false);
+        /* With another handle open, its kernel may still use the state's
+         * unlinked inodes: they are not orphans yet. */
+        if (r == 0 && !shared)
                 r = purge_orphans(st, sr.wsid);
         if (r == 0) {
+                (void)ws_others(st, sr.wsid, true);
                 ws->wsid = sr.wsid;
+                ws->shared = shared;
                 ws->next = st->wss;
                 st->wss = ws;
                 *ret = ws;
@@ -531,8 +556,12 @@ int ntfs_ws_open(ntfs_store *st, const char *session, ntfs_ws **ret) {
         store_leave(st);
         if (r < 0) {
                 ws_free(ws);
+                return r;
         }
-        return r;
+        /* the other handles' users drop what their kernels cached */
+        if (shared)
+                store_run_invalidations(st);
+        return 0;
 }
 
 int ntfs_ws_open_view(ntfs_store *st, const char *ref, ntfs_ws **ret) {
@@ -591,6 +620,18 @@ void ntfs_ws_close(ntfs_ws *ws) {
                         *p = ws->next;
                         break;
                 }
+        if (ws->session) {
+                /* the last handle left on the session is no longer shared */
+                ntfs_ws *last = NULL;
+                size_t n = 0;
+                for (ntfs_ws *w = st->wss; w; w = w->next)
+                        if (w->session && w->wsid == ws->wsid) {
+                                last = w;
+                                n++;
+                        }
+                if (n == 1)
+                        __atomic_store_n(&last->shared, false, __ATOMIC_RELEASE);
+        }
         if (!ws->session) {
                 /* A view's records are ephemeral: retire them (if no batch
                  * can be opened, the next open retires them). */
@@ -628,6 +669,8 @@ uint64_t ntfs_ws_changes(ntfs_ws *ws) {
 }
 
 uint64_t ntfs_ws_generation(ntfs_ws *ws) { return __atomic_load_n(&ws->generation, __ATOMIC_ACQUIRE); }
+bool ntfs_ws_shared(ntfs_ws *ws) { return __atomic_load_n(&ws->shared, __ATOMIC_ACQUIRE); }
+uint64_t ntfs_ws_share_epoch(ntfs_ws *ws) { return __atomic_load_n(&ws->share_epoch, __ATOMIC_ACQUIRE); }
 
 /* ---- public: metadata ------------------------------------------------------------------ */
 

@@ -11,7 +11,8 @@
 #   overlayfs  fuse-overlayfs, lower/upper/work on ext4
 #   floor      tools/fusefloor, the FUSE floor (FLOOR_OPTS adds -o options)
 #   floorsame  the floor with the ntfs mount's FUSE options (default_permissions,
-#              nocreate): the floor issue 3 holds ntfs to ("the same FUSE options")
+#              nocreate, 86,400 s timeouts): the floor issue 3 holds ntfs to
+#              ("the same FUSE options")
 #   ntfs       $NTFS_BUILD/fs/ntfs-fuse --store BASE/store --create --session bench
 #              (fresh store per run and phase; NTFS_FUSE_STATS=PATH keeps its
 #              request counts as PATH.RUN.PHASE), or "$NTFS_MOUNT_CMD MNT" / "$NTFS_UMOUNT_CMD MNT"
@@ -160,9 +161,10 @@ mount_floor() { # MNT BASE [EXTRA_OPTS]
 }
 umount_floor() { umount_fuse "$1"; }
 # The ntfs mount checks modes with default_permissions (no OPEN, so the daemon
-# could not refuse an open) and creates with MKNOD (fs/mount.c): the floor with
-# exactly those options is the like-for-like measure of FUSE's cost.
-FLOORSAME_OPTS=default_permissions,nocreate
+# could not refuse an open), creates with MKNOD and answers with 86,400 s entry
+# and attribute timeouts (fs/mount.c): the floor with exactly those options is
+# the like-for-like measure of FUSE's cost.
+FLOORSAME_OPTS=default_permissions,nocreate,timeout=86400
 mount_floorsame() { mount_floor "$1" "$2" "$FLOORSAME_OPTS"; }
 umount_floorsame() { umount_fuse "$1"; }
 NTFS_MNT=

@@ -437,6 +437,32 @@ def test_sequential_read_is_1mib_requests(mounter, store_dir, scratch, monkeypat
     assert reads0 >= 2 * reads, (reads0, reads)
 
 
+def test_entries_and_attributes_stay_cached(mounter, store_dir, scratch, monkeypatch):
+    # A mount alone on its session answers with 86,400 s entry and
+    # attribute timeouts (it invalidates explicitly whenever something else
+    # changes the state): names, attributes and missing names looked at
+    # again seconds later cost no request. With 1 s timeouts each look
+    # below after a pause would be a LOOKUP (six in all); an rm -rf of a
+    # tree whose listings the kernel cached paid one per entry.
+    stats = os.path.join(scratch, "stats-cache")
+    monkeypatch.setenv("NTFS_FUSE_STATS", stats)
+    m = mounter(store_dir, session="cache")
+    f = os.path.join(m.path, "f")
+    os.close(os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    missing = os.path.join(m.path, "nope")
+    for i in range(3):
+        if i:
+            time.sleep(1.3)
+        assert os.stat(f).st_size == 0
+        assert not os.path.exists(missing)
+    m.stop()
+    with open(stats) as fh:
+        rows = {w[0]: int(w[1]) for w in (line.split() for line in fh) if w}
+    # f's negative LOOKUP before its MKNOD, and nope's one
+    assert rows.get("LOOKUP", 0) <= 2, rows
+    assert rows.get("GETATTR", 0) <= 2, rows  # the root's, after the create
+
+
 def test_fsync_fdatasync(mnt):
     p = os.path.join(mnt.path, "s")
     fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)

@@ -2097,6 +2097,70 @@ TEST(orphan_of_a_dead_process_is_purged) {
         rm_rf(tmpdir);
 }
 
+/* A second read-write handle on a session makes every handle on it shared
+ * (the mount then keeps kernel caches short), bumps the first one's
+ * sharing epoch and runs its invalidate callback before the open returns;
+ * it does not purge the state's unlinked inodes, which the first handle's
+ * user may still hold. The last handle left is no longer shared; views and
+ * other sessions never are. */
+static int inval_calls;
+static void count_inval(ntfs_ws *ws, void *ud) {
+        (void)ws;
+        (void)ud;
+        inval_calls++;
+}
+
+TEST(second_handle_shares_the_session) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ASSERT_OK(ntfs_session_create(st, "t", NULL, NULL));
+        ntfs_ws *a, *b, *c, *t, *v;
+        ASSERT_OK(ntfs_ws_open(st, "s", &a));
+        ASSERT(!ntfs_ws_shared(a));
+        uint64_t e0 = ntfs_ws_share_epoch(a);
+        ntfs_ws_set_invalidate_cb(a, count_inval, NULL);
+        uint64_t held = mkfile(a, NTFS_ROOT_INO, "held", "in use");
+        ASSERT_OK(ntfs_ws_unlink(a, NTFS_ROOT_INO, "held")); /* open in a's kernel */
+        ASSERT_OK(ntfs_ws_open(st, "t", &t));
+        ASSERT_OK(ntfs_ws_open_view(st, "s", &v));
+        ASSERT(!ntfs_ws_shared(a) && !ntfs_ws_shared(t) && !ntfs_ws_shared(v));
+        ASSERT_EQ(inval_calls, 0);
+        ASSERT_OK(ntfs_ws_open(st, "s", &b));
+        ASSERT(ntfs_ws_shared(a) && ntfs_ws_shared(b) && !ntfs_ws_shared(t));
+        ASSERT_EQ(ntfs_ws_share_epoch(a), e0 + 1);
+        ASSERT_EQ(inval_calls, 1);
+        struct ntfs_attr at;
+        ASSERT_OK(ntfs_ws_getattr(a, held, &at)); /* not purged by b's open */
+        ASSERT_EQ(at.nlink, 0);
+        char buf[16];
+        ASSERT_EQ(ntfs_ws_read(a, held, buf, sizeof buf, 0), 6);
+        /* a third: a is shared already, nothing more to invalidate */
+        ASSERT_OK(ntfs_ws_open(st, "s", &c));
+        ASSERT_EQ(ntfs_ws_share_epoch(a), e0 + 1);
+        ASSERT_EQ(inval_calls, 1);
+        ntfs_ws_close(c);
+        ASSERT(ntfs_ws_shared(a) && ntfs_ws_shared(b));
+        ntfs_ws_close(b);
+        ASSERT(!ntfs_ws_shared(a));
+        /* shared again: a new epoch, a new invalidation */
+        ASSERT_OK(ntfs_ws_open(st, "s", &b));
+        ASSERT_EQ(ntfs_ws_share_epoch(a), e0 + 2);
+        ASSERT_EQ(inval_calls, 2);
+        ntfs_ws_close(b);
+        ntfs_ws_set_invalidate_cb(a, NULL, NULL);
+        ntfs_ws_forget(a, held);
+        ntfs_ws_close(a);
+        ntfs_ws_close(t);
+        ntfs_ws_close(v);
+        ASSERT_OK(ntfs_ws_open(st, "s", &a));
+        ASSERT_ERR(ntfs_ws_getattr(a, held, &at), -ESTALE);
+        fsck_clean(st);
+        ntfs_ws_close(a);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
 int main(void) {
         RUN(open_lock_and_reopen);
         RUN(invalid_names_and_unknowns);
@@ -2116,6 +2180,7 @@ int main(void) {
         RUN(forget_queue_frees_unlinked_inodes);
         RUN(queued_forgets_are_freed_a_slice_at_a_time);
         RUN(orphan_of_a_dead_process_is_purged);
+        RUN(second_handle_shares_the_session);
         RUN(session_counters_reach_the_batch);
         RUN(crash_points);
         RUN(commits_sync_the_bytes_they_name);
