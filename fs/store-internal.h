@@ -127,7 +127,11 @@ struct ino_rec {
 enum {
         INO_DIRTY = 1 << 0, /* differs from base: must be serialized at checkpoint */
         INO_XMAT = 1 << 1,  /* xattrs live in the xattr db, not in ->xattr */
-        INO_ORPHAN = 1 << 2 /* nlink 0, kept while the kernel knows it */
+        INO_ORPHAN = 1 << 2, /* nlink 0, kept while the kernel knows it */
+        /* A hard-link group made since the last serialization (so in no
+         * link table) whose names are all in directory `parent`: when one
+         * name is left it becomes a plain inode again (ws.c drop_link). */
+        INO_ONEDIR = 1 << 3
 };
 
 /* The inode cache (struct ntfs_store.icache): a direct-mapped copy of

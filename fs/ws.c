@@ -1303,6 +1303,23 @@ static int drop_link(struct ctx *c, uint64_t ino, struct ino_rec *rec) {
         rec->nlink--;
         rec->ctime = now_ns();
         int r;
+        if (rec->nlink == 1 && rec->linkid && (rec->flags & INO_ONEDIR)) {
+                /* The group's last name is in `parent` and no link table
+                 * holds the group: a plain inode again (git's link() +
+                 * unlink() of every object it writes). Its directory entry
+                 * is a plain one from here on; mark_dirty marks the
+                 * directory. */
+                uint8_t k[16];
+                key2(k, c->wsid, rec->linkid);
+                r = db_del(c->st, c->st->lmap, k, 16);
+                key2(k, c->wsid, ino);
+                if (r == 0 || r == -ENOENT)
+                        r = db_del(c->st, c->st->dlink, k, 16);
+                if (r < 0 && r != -ENOENT)
+                        return r;
+                rec->linkid = 0;
+                rec->flags &= ~(uint32_t)INO_ONEDIR;
+        }
         if (rec->nlink > 0)
                 return mark_dirty(c, ino, rec);
         if (c->ws->session) {
@@ -1422,6 +1439,8 @@ int ntfs_ws_link(ntfs_ws *ws, uint64_t ino, uint64_t newparent, const char *newn
                 if (!c.ws->session)
                         r = -EROFS;
                 else {
+                        if (rec.parent && rec.parent == newparent)
+                                rec.flags |= INO_ONEDIR;
                         rec.linkid = c.sr.next_linkid++;
                         c.sr_changed = true;
                         uint8_t lk[16];
@@ -1433,6 +1452,8 @@ int ntfs_ws_link(ntfs_ws *ws, uint64_t ino, uint64_t newparent, const char *newn
                 }
         }
         if (r == 0) {
+                if (newparent != rec.parent)
+                        rec.flags &= ~(uint32_t)INO_ONEDIR; /* names in two directories */
                 rec.nlink++;
                 rec.ctime = now_ns();
                 r = mark_dirty(&c, ino, &rec);
@@ -1537,12 +1558,16 @@ int ntfs_ws_rename(ntfs_ws *ws, uint64_t parent, const char *name, uint64_t newp
                 if (r == 0 && (r = ino_get(c.st, c.wsid, sino, &src)) == 0) {
                         if (!src.linkid)
                                 src.parent = newparent;
+                        else if (parent != newparent)
+                                src.flags &= ~(uint32_t)INO_ONEDIR;
                         src.ctime = now_ns();
                         r = mark_dirty(&c, sino, &src);
                 }
                 if (r == 0 && (r = ino_get(c.st, c.wsid, dino, &dst)) == 0) {
                         if (!dst.linkid)
                                 dst.parent = parent;
+                        else if (parent != newparent)
+                                dst.flags &= ~(uint32_t)INO_ONEDIR;
                         dst.ctime = now_ns();
                         r = mark_dirty(&c, dino, &dst);
                 }
@@ -1591,6 +1616,8 @@ int ntfs_ws_rename(ntfs_ws *ws, uint64_t parent, const char *name, uint64_t newp
         if (r == 0 && (r = ino_get(c.st, c.wsid, sino, &src)) == 0) {
                 if (!src.linkid)
                         src.parent = newparent;
+                else if (parent != newparent)
+                        src.flags &= ~(uint32_t)INO_ONEDIR;
                 src.ctime = now_ns();
                 r = mark_dirty(&c, sino, &src);
         }

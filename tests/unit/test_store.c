@@ -2097,6 +2097,99 @@ TEST(orphan_of_a_dead_process_is_purged) {
         rm_rf(tmpdir);
 }
 
+/* Does the commit id name a link table? */
+static bool has_links(ntfs_store *st, const ntfs_hash *id) {
+        struct commit_obj c;
+        ASSERT_OK(store_enter(st));
+        int r = commit_load(st, id, &c);
+        store_leave(st);
+        ASSERT_OK(r);
+        return !ntfs_hash_is_zero(&c.links);
+}
+
+/* git writes every object as a temporary file, link()s it to its name in
+ * the same directory and unlinks the temporary name: a hard-link group made
+ * since the last checkpoint whose names were all in one directory is a
+ * plain inode again when one name is left (no link table entry, freed at
+ * forget like any file). Names in two directories, a rename to another
+ * directory, or a checkpoint in between keep the group. */
+TEST(a_group_of_one_made_here_is_plain_again) {
+        ntfs_store *st;
+        ntfs_ws *ws = quiet_session(&st);
+        struct ntfs_attr d, l, a;
+        ntfs_hash h;
+        bool ch;
+        ASSERT_OK(ntfs_ws_mkdir(ws, NTFS_ROOT_INO, "objects", 0755, 0, 0, &d));
+        /* git's way: tmp, link, unlink tmp */
+        uint64_t f = mkfile(ws, d.ino, "tmp_obj", "object bytes");
+        ASSERT_OK(ntfs_ws_link(ws, f, d.ino, "ab12", &l));
+        ASSERT_EQ(l.nlink, 2);
+        ASSERT_OK(ntfs_ws_unlink(ws, d.ino, "tmp_obj"));
+        ASSERT_OK(ntfs_ws_lookup(ws, d.ino, "ab12", &a));
+        ASSERT_EQ(a.ino, f);
+        ASSERT_EQ(a.nlink, 1);
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
+        ASSERT(!has_links(st, &h));
+        expect_content(ws, "objects/ab12", "object bytes");
+        /* plain: an unlinked, forgotten one is freed at once (a member
+         * waits for the next checkpoint) */
+        uint64_t g = mkfile(ws, d.ino, "tmp2", "second");
+        ASSERT_OK(ntfs_ws_link(ws, g, d.ino, "cd34", &l));
+        ASSERT_OK(ntfs_ws_unlink(ws, d.ino, "tmp2"));
+        ASSERT_OK(ntfs_ws_unlink(ws, d.ino, "cd34"));
+        ntfs_ws_forget(ws, g);
+        ASSERT_ERR(ntfs_ws_getattr(ws, g, &a), -ESTALE);
+        /* the other name going works the same */
+        uint64_t k = mkfile(ws, d.ino, "first", "kept");
+        ASSERT_OK(ntfs_ws_link(ws, k, d.ino, "second", &l));
+        ASSERT_OK(ntfs_ws_unlink(ws, d.ino, "second"));
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
+        ASSERT(!has_links(st, &h));
+        expect_content(ws, "objects/first", "kept");
+        /* names in two directories: a group for good */
+        uint64_t x = mkfile(ws, NTFS_ROOT_INO, "x", "two dirs");
+        ASSERT_OK(ntfs_ws_link(ws, x, d.ino, "y", &l));
+        ASSERT_OK(ntfs_ws_unlink(ws, NTFS_ROOT_INO, "x"));
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
+        ASSERT(has_links(st, &h));
+        expect_content(ws, "objects/y", "two dirs");
+        ASSERT_OK(ntfs_ws_unlink(ws, d.ino, "y"));
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
+        ASSERT(!has_links(st, &h)); /* the group died */
+        /* a name renamed into another directory: a group for good */
+        uint64_t p = mkfile(ws, d.ino, "p", "moved");
+        ASSERT_OK(ntfs_ws_link(ws, p, d.ino, "q", &l));
+        ASSERT_OK(ntfs_ws_rename(ws, d.ino, "q", NTFS_ROOT_INO, "q", 0));
+        ASSERT_OK(ntfs_ws_unlink(ws, d.ino, "p"));
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
+        ASSERT(has_links(st, &h));
+        expect_content(ws, "q", "moved");
+        ASSERT_OK(ntfs_ws_unlink(ws, NTFS_ROOT_INO, "q"));
+        /* a checkpoint between link and unlink: the link table has it */
+        uint64_t c = mkfile(ws, d.ino, "c1", "checkpointed");
+        ASSERT_OK(ntfs_ws_link(ws, c, d.ino, "c2", &l));
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
+        ASSERT(has_links(st, &h));
+        ASSERT_OK(ntfs_ws_unlink(ws, d.ino, "c1"));
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
+        ASSERT(has_links(st, &h));
+        expect_content(ws, "objects/c2", "checkpointed");
+        /* what a checkpoint holds reads back after a reopen */
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        ASSERT_OK(ntfs_store_open(tmpdir, &(struct ntfs_store_opts){ .no_flusher = true }, &st));
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        expect_content(ws, "objects/ab12", "object bytes");
+        expect_content(ws, "objects/first", "kept");
+        expect_content(ws, "objects/c2", "checkpointed");
+        ASSERT_OK(ntfs_ws_lookup(ws, must(ws, "objects"), "ab12", &a));
+        ASSERT_EQ(a.nlink, 1);
+        fsck_clean(st);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
 /* A second read-write handle on a session makes every handle on it shared
  * (the mount then keeps kernel caches short), bumps the first one's
  * sharing epoch and runs its invalidate callback before the open returns;
@@ -2170,6 +2263,7 @@ int main(void) {
         RUN(diff_kinds);
         RUN(posix_ops);
         RUN(hardlinks_across_checkpoints);
+        RUN(a_group_of_one_made_here_is_plain_again);
         RUN(readdir_cookies_survive_changes);
         RUN(quota_and_readonly_view);
         RUN(gc_keeps_reachable_frees_unreachable);
