@@ -457,7 +457,9 @@ def test_progress_bar_on_a_terminal_only(machines):
     a = machines("progress-bucket")
     a.d.ok("session", "new", "main")
     a.mount()
-    for i in range(6):  # 48 MiB: several packs, long enough for redraws (every 0.25 s)
+    # 160 MiB: several packs, and a push and a clone that last well past the
+    # bar's first poll (0.25 s) even on a fast machine (48 MiB took < 0.25 s)
+    for i in range(20):
         a.write(f"blob{i}", os.urandom(8 * 1024 * 1024))
     a.d.ok("checkpoint", "main")
 
