@@ -419,12 +419,10 @@ static void attr_to_stat(const struct ntfs_attr *a, struct stat *st) {
  * sent with zero timeouts. */
 static uint64_t cache_epoch(ntfs_mount *m) { return ntfs_ws_generation(m->ws) + ntfs_ws_share_epoch(m->ws); }
 
-static double entry_timeout(ntfs_mount *m) {
-        return ntfs_ws_shared(m->ws) ? NTFS_MIN(m->entry_timeout, MOUNT_SHARED_TIMEOUT) : m->entry_timeout;
-}
-
-static double attr_timeout(ntfs_mount *m) {
-        return ntfs_ws_shared(m->ws) ? NTFS_MIN(m->attr_timeout, MOUNT_SHARED_TIMEOUT) : m->attr_timeout;
+/* A configured timeout t as the kernel gets it now: at most
+ * MOUNT_SHARED_TIMEOUT while the session is shared. */
+static double timeout_now(ntfs_mount *m, double t) {
+        return ntfs_ws_shared(m->ws) ? NTFS_MIN(t, MOUNT_SHARED_TIMEOUT) : t;
 }
 
 static void fill_entry(ntfs_mount *m, const struct ntfs_attr *a, uint64_t gen, struct fuse_entry_param *e) {
@@ -435,51 +433,50 @@ static void fill_entry(ntfs_mount *m, const struct ntfs_attr *a, uint64_t gen, s
          * generation is fixed at 0 by the kernel. */
         e->generation = a->ino == NTFS_ROOT_INO ? 0 : gen;
         attr_to_stat(a, &e->attr);
-        e->attr_timeout = attr_timeout(m);
-        e->entry_timeout = entry_timeout(m);
+        e->attr_timeout = timeout_now(m, m->attr_timeout);
+        e->entry_timeout = timeout_now(m, m->entry_timeout);
 }
 
 static inline ntfs_mount *req_mount(fuse_req_t req) { return fuse_req_userdata(req); }
 
 static void reply_err(fuse_req_t req, int r) { fuse_reply_err(req, r < 0 ? -r : 0); }
 
-/* Records the new lookup reference, then replies with the entry; undoes
- * the reference when the kernel did not take it (interrupted request). */
-static void reply_entry(fuse_req_t req, uint64_t parent, const char *name, const struct ntfs_attr *a,
-                        uint64_t epoch_before) {
+/* Records the new lookup reference and fills the entry to reply with; on
+ * failure replies the error itself and returns false. */
+static bool entry_for_reply(fuse_req_t req, uint64_t parent, const char *name, const struct ntfs_attr *a,
+                            uint64_t epoch_before, struct fuse_entry_param *e) {
         ntfs_mount *m = req_mount(req);
         int r = remember(m, parent, name, a->ino);
         if (r < 0) {
                 reply_err(req, r);
-                return;
+                return false;
         }
-        struct fuse_entry_param e;
-        fill_entry(m, a, ntfs_ws_generation(m->ws), &e);
+        fill_entry(m, a, ntfs_ws_generation(m->ws), e);
         if (cache_epoch(m) != epoch_before) {
                 /* A rollback ran during this request (the answer may be of
                  * the old state) or the session became shared: the kernel
                  * must not keep it. */
-                e.entry_timeout = 0;
-                e.attr_timeout = 0;
+                e->entry_timeout = 0;
+                e->attr_timeout = 0;
         }
-        if (fuse_reply_entry(req, &e) < 0)
-                forget_one(m, a->ino, 1);
+        return true;
+}
+
+/* Replies with the entry; undoes the lookup reference when the kernel did
+ * not take it (interrupted request). */
+static void reply_entry(fuse_req_t req, uint64_t parent, const char *name, const struct ntfs_attr *a,
+                        uint64_t epoch_before) {
+        struct fuse_entry_param e;
+        if (entry_for_reply(req, parent, name, a, epoch_before, &e) && fuse_reply_entry(req, &e) < 0)
+                forget_one(req_mount(req), a->ino, 1);
 }
 
 static void reply_create(fuse_req_t req, uint64_t parent, const char *name, const struct ntfs_attr *a,
                          uint64_t epoch_before, struct fuse_file_info *fi) {
-        ntfs_mount *m = req_mount(req);
-        int r = remember(m, parent, name, a->ino);
-        if (r < 0) {
-                reply_err(req, r);
-                return;
-        }
         struct fuse_entry_param e;
-        fill_entry(m, a, ntfs_ws_generation(m->ws), &e);
-        if (cache_epoch(m) != epoch_before) {
-                e.entry_timeout = 0;
-                e.attr_timeout = 0;
-        }
+        if (!entry_for_reply(req, parent, name, a, epoch_before, &e))
+                return;
+        ntfs_mount *m = req_mount(req);
         fi->fh = 0;
         fi->keep_cache = 1;
         fi->direct_io = 0;
@@ -490,7 +487,8 @@ static void reply_create(fuse_req_t req, uint64_t parent, const char *name, cons
 static void reply_attr(fuse_req_t req, const struct ntfs_attr *a) {
         struct stat st;
         attr_to_stat(a, &st);
-        fuse_reply_attr(req, &st, attr_timeout(req_mount(req)));
+        ntfs_mount *m = req_mount(req);
+        fuse_reply_attr(req, &st, timeout_now(m, m->attr_timeout));
 }
 
 /* Owner of a new inode: the caller's fsuid/fsgid, except in a setgid
@@ -681,7 +679,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
                 bool rec = entry_set_negative(m, parent, name);
                 pthread_mutex_unlock(&m->lock);
                 if (rec && cache_epoch(m) == epoch) {
-                        struct fuse_entry_param e = {.ino = 0, .entry_timeout = entry_timeout(m)};
+                        struct fuse_entry_param e = {.ino = 0, .entry_timeout = timeout_now(m, m->entry_timeout)};
                         fuse_reply_entry(req, &e);
                         return;
                 }

@@ -502,16 +502,16 @@ static void ws_free(ntfs_ws *ws) {
 /* Purges inodes that were unlinked while open by a previous mount. */
 static int purge_orphans(ntfs_store *st, uint64_t wsid);
 
-/* Is a read-write handle on working state wsid open (lock held)? With
- * mark, each one becomes shared, if it was not already: its sharing epoch
- * goes up and its invalidate callback is due (ntfs_ws_shared). */
-static bool ws_others(ntfs_store *st, uint64_t wsid, bool mark) {
+/* Marks every read-write handle open on working state wsid shared, if it
+ * was not already: its sharing epoch goes up and its invalidate callback
+ * is due (ntfs_ws_shared). Lock held; returns whether there was one. */
+static bool ws_share(ntfs_store *st, uint64_t wsid) {
         bool any = false;
         for (ntfs_ws *w = st->wss; w; w = w->next) {
                 if (!w->session || w->wsid != wsid)
                         continue;
                 any = true;
-                if (mark && !__atomic_load_n(&w->shared, __ATOMIC_ACQUIRE)) {
+                if (!__atomic_load_n(&w->shared, __ATOMIC_ACQUIRE)) {
                         __atomic_add_fetch(&w->share_epoch, 1, __ATOMIC_RELEASE);
                         __atomic_store_n(&w->shared, true, __ATOMIC_RELEASE);
                         w->invalidate_pending = true;
@@ -540,13 +540,12 @@ int ntfs_ws_open(ntfs_store *st, const char *session, ntfs_ws **ret) {
         bool shared = false;
         r = sess_get(st, session, &sr);
         if (r == 0)
-                shared = ws_others(st, sr.wsid, false);
+                shared = ws_share(st, sr.wsid);
         /* With another handle open, its kernel may still use the state's
          * unlinked inodes: they are not orphans yet. */
         if (r == 0 && !shared)
                 r = purge_orphans(st, sr.wsid);
         if (r == 0) {
-                (void)ws_others(st, sr.wsid, true);
                 ws->wsid = sr.wsid;
                 ws->shared = shared;
                 ws->next = st->wss;
