@@ -431,13 +431,14 @@ static int serialize_links(ntfs_store *st, uint64_t wsid, const ntfs_hash *old, 
                 if (!it->rec.linkid)
                         continue;
                 it->linkid = it->rec.linkid;
-                if (it->rec.flags & INO_ONEDIR) {
-                        /* in the link table from now on: a group for good */
-                        it->rec.flags &= ~(uint32_t)INO_ONEDIR;
-                        if ((r = ino_put(st, wsid, it->ino, &it->rec)) < 0)
-                                return r;
-                }
-                if (it->rec.nlink > 0 && (r = serialize_inode(st, wsid, it->ino, &it->rec, 0)) < 0)
+                /* in the link table from now on: a group for good (stored
+                 * by serialize_inode, which stores every dirty member) */
+                bool onedir = it->rec.flags & INO_ONEDIR;
+                it->rec.flags &= ~(uint32_t)INO_ONEDIR;
+                bool serialize = it->rec.nlink > 0 && (it->rec.flags & INO_DIRTY);
+                if (serialize && (r = serialize_inode(st, wsid, it->ino, &it->rec, 0)) < 0)
+                        return r;
+                if (!serialize && onedir && (r = ino_put(st, wsid, it->ino, &it->rec)) < 0)
                         return r;
                 m++;
         }
