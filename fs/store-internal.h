@@ -169,6 +169,7 @@ struct ntfs_store {
         pthread_mutex_t inval_lock; /* held while invalidate callbacks run */
         MDB_txn *txn;          /* the batch transaction, NULL when none open */
         int64_t txn_started;   /* mono ns */
+        int64_t datasync_at;   /* mono ns: the flusher's last sync of the data files */
         uint64_t txn_bytes;    /* bytes written in it (to bound its size) */
         uint64_t map_bytes;
         uint64_t reserve_bytes;
@@ -369,6 +370,9 @@ int wsdata_presync(ntfs_store *st, bool durable);
  * commit finds little left to sync. Called and returns with the lock
  * held. */
 void wsdata_presync_unlocked(ntfs_store *st, bool durable);
+/* How many data files hold new bytes no sync has reached yet (lock held;
+ * for tests). */
+size_t wsdata_unsynced(ntfs_store *st);
 /* The flusher, after a commit: gives the space of free slots back to the
  * file system (hole punches) with the lock released. Called and returns
  * with the lock held. */

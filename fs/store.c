@@ -312,7 +312,9 @@ static void *flusher_main(void *arg) {
                         yield_to_waiters(st);
                 if (st->stopping)
                         break;
-                if (st->txn && ntfs_mono_ns() - st->txn_started > NTFS_STORE_FLUSH_MS * 1000000LL) {
+                int64_t now = ntfs_mono_ns();
+                if (st->txn && now - st->txn_started > NTFS_STORE_FLUSH_MS * 1000000LL) {
+                        st->datasync_at = now;
                         wsdata_presync_unlocked(st, false);
                         if (!st->txn || st->stopping ||
                             ntfs_mono_ns() - st->txn_started <= NTFS_STORE_FLUSH_MS * 1000000LL)
@@ -320,6 +322,9 @@ static void *flusher_main(void *arg) {
                         int r = store_commit_locked(st, false);
                         if (r < 0)
                                 log_warn("store: background flush failed: %s", ntfs_strerror(r));
+                } else if (now - st->datasync_at > NTFS_STORE_DATASYNC_MS * 1000000LL) {
+                        st->datasync_at = now;
+                        wsdata_presync_unlocked(st, false);
                 }
                 reserve_hold(st);
                 wsdata_trim(st);

@@ -48,8 +48,12 @@ typedef struct {
  * or creates (rm -rf, untar, git) that is most of the inode and chunk
  * trees each time, so a longer batch writes each page once for more
  * changes. 1 s against 200 ms: rm -rf of the benchmark's tree with its
- * .git 9% faster (docs/bench-fs.md, session 25). */
+ * .git ~5% faster, median of 18 rounds (docs/bench-fs.md, session 25). */
 #define NTFS_STORE_FLUSH_MS 1000
+/* Between two commits the flusher syncs the working data files' new bytes
+ * (off the store lock) at this pace, so that a stream of writes is written
+ * back steadily and not a second's worth at a time. */
+#define NTFS_STORE_DATASYNC_MS 200
 #define NTFS_ROOT_INO 1
 
 struct ntfs_store_opts {

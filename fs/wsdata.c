@@ -580,6 +580,13 @@ int wsdata_retire(ntfs_store *st, uint64_t wsid) { return queue_job(st, wsid, UI
  * fresh ones otherwise (rule 1). */
 static bool needs_sync(const struct wsdata *w, bool durable) { return durable ? w->dirty : w->fresh; }
 
+size_t wsdata_unsynced(ntfs_store *st) {
+        size_t n = 0;
+        for (size_t i = 0; i < st->nwsd; i++)
+                n += needs_sync(&st->wsd[i], false);
+        return n;
+}
+
 int wsdata_presync(ntfs_store *st, bool durable) {
         for (size_t i = 0; i < st->nwsd; i++) {
                 struct wsdata *w = &st->wsd[i];

@@ -1267,6 +1267,50 @@ TEST(commits_sync_the_bytes_they_name) {
         rm_rf(tmpdir);
 }
 
+/* The flusher commits the batch when it is NTFS_STORE_FLUSH_MS old, and
+ * syncs the data files' new bytes every NTFS_STORE_DATASYNC_MS in between:
+ * a new slot's bytes are on the disk well before the batch that names
+ * them commits. */
+TEST(flusher_syncs_data_between_commits) {
+        static uint8_t x[8192];
+        fill(x, sizeof x, 5);
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL)); /* durable: no batch open */
+        int64_t t0 = ntfs_mono_ns(); /* the batch below starts after this */
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        uint64_t f = mkfile(ws, NTFS_ROOT_INO, "f", "");
+        ASSERT_EQ(ntfs_ws_write(ws, f, x, sizeof x, 0, false), (long)sizeof x);
+        ASSERT_OK(store_enter(st));
+        size_t txn0 = mdb_txn_id(st->txn), txn = txn0, unsynced = wsdata_unsynced(st);
+        store_leave(st);
+        ASSERT_EQ(unsynced, 1u);
+        while (unsynced && txn == txn0 && ntfs_mono_ns() - t0 < 5000 * 1000000LL) {
+                nanosleep(&(struct timespec){ .tv_nsec = 5 * 1000000L }, NULL);
+                ASSERT_OK(store_enter(st));
+                txn = mdb_txn_id(st->txn);
+                unsynced = wsdata_unsynced(st);
+                store_leave(st);
+        }
+        int64_t took = ntfs_mono_ns() - t0;
+        ASSERT_EQ(unsynced, 0u);
+        ASSERT_EQ(txn, txn0); /* synced while its batch was still open */
+        ASSERT(took < NTFS_STORE_FLUSH_MS * 1000000LL);
+        /* and the batch commits after NTFS_STORE_FLUSH_MS, not before */
+        while (txn == txn0 && ntfs_mono_ns() - t0 < 10000 * 1000000LL) {
+                nanosleep(&(struct timespec){ .tv_nsec = 5 * 1000000L }, NULL);
+                ASSERT_OK(store_enter(st));
+                txn = mdb_txn_id(st->txn);
+                store_leave(st);
+        }
+        ASSERT(txn != txn0);
+        ASSERT(ntfs_mono_ns() - t0 >= NTFS_STORE_FLUSH_MS * 1000000LL);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
 TEST(working_data_files) {
         static uint8_t x[256 << 10], y[256 << 10];
         fill(x, sizeof x, 1);
@@ -2278,6 +2322,7 @@ int main(void) {
         RUN(session_counters_reach_the_batch);
         RUN(crash_points);
         RUN(commits_sync_the_bytes_they_name);
+        RUN(flusher_syncs_data_between_commits);
         RUN(working_data_files);
         RUN(store_layout_upgrade);
         RUN(inline_chunks);
