@@ -1267,6 +1267,16 @@ TEST(commits_sync_the_bytes_they_name) {
         rm_rf(tmpdir);
 }
 
+/* The open batch's LMDB transaction id (a new one once the flusher has
+ * committed it) and how many data files hold bytes no sync has reached. */
+static size_t batch_now(ntfs_store *st, size_t *unsynced) {
+        ASSERT_OK(store_enter(st));
+        size_t id = mdb_txn_id(st->txn);
+        *unsynced = wsdata_unsynced(st);
+        store_leave(st);
+        return id;
+}
+
 /* The flusher commits the batch when it is NTFS_STORE_FLUSH_MS old, and
  * syncs the data files' new bytes every NTFS_STORE_DATASYNC_MS in between:
  * a new slot's bytes are on the disk well before the batch that names
@@ -1282,16 +1292,11 @@ TEST(flusher_syncs_data_between_commits) {
         ASSERT_OK(ntfs_ws_open(st, "s", &ws));
         uint64_t f = mkfile(ws, NTFS_ROOT_INO, "f", "");
         ASSERT_EQ(ntfs_ws_write(ws, f, x, sizeof x, 0, false), (long)sizeof x);
-        ASSERT_OK(store_enter(st));
-        size_t txn0 = mdb_txn_id(st->txn), txn = txn0, unsynced = wsdata_unsynced(st);
-        store_leave(st);
+        size_t unsynced, txn0 = batch_now(st, &unsynced), txn = txn0;
         ASSERT_EQ(unsynced, 1u);
         while (unsynced && txn == txn0 && ntfs_mono_ns() - t0 < 5000 * 1000000LL) {
                 nanosleep(&(struct timespec){ .tv_nsec = 5 * 1000000L }, NULL);
-                ASSERT_OK(store_enter(st));
-                txn = mdb_txn_id(st->txn);
-                unsynced = wsdata_unsynced(st);
-                store_leave(st);
+                txn = batch_now(st, &unsynced);
         }
         int64_t took = ntfs_mono_ns() - t0;
         ASSERT_EQ(unsynced, 0u);
@@ -1300,9 +1305,7 @@ TEST(flusher_syncs_data_between_commits) {
         /* and the batch commits after NTFS_STORE_FLUSH_MS, not before */
         while (txn == txn0 && ntfs_mono_ns() - t0 < 10000 * 1000000LL) {
                 nanosleep(&(struct timespec){ .tv_nsec = 5 * 1000000L }, NULL);
-                ASSERT_OK(store_enter(st));
-                txn = mdb_txn_id(st->txn);
-                store_leave(st);
+                txn = batch_now(st, &unsynced);
         }
         ASSERT(txn != txn0);
         ASSERT(ntfs_mono_ns() - t0 >= NTFS_STORE_FLUSH_MS * 1000000LL);
