@@ -1902,14 +1902,25 @@ static _Noreturn void helper_main(int fd) {
                         _exit(0);
                 struct helper_reply a = { 0 };
                 q.path[sizeof q.path - 1] = 0;
-                struct stat st;
-                int f = open(q.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                if (f < 0 || (q.op == 'd' ? fstat(f, &st) : syncfs(f)) < 0)
-                        a.err = errno;
-                else if (q.op == 'd')
-                        a.dev = st.st_dev;
-                if (f >= 0)
-                        close(f);
+                if (q.op == 'd') {
+                        /* st_dev is the superblock's: AT_STATX_DONT_SYNC
+                         * takes it without a GETATTR (and no open, so no
+                         * OPENDIR). Fetched, the root's attributes could
+                         * race a caller's first stat of the new mount and
+                         * cost it a second GETATTR. */
+                        struct statx sx;
+                        if (statx(AT_FDCWD, q.path, AT_STATX_DONT_SYNC | AT_NO_AUTOMOUNT, STATX_TYPE,
+                                  &sx) < 0)
+                                a.err = errno;
+                        else
+                                a.dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+                } else {
+                        int f = open(q.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                        if (f < 0 || syncfs(f) < 0)
+                                a.err = errno;
+                        if (f >= 0)
+                                close(f);
+                }
                 if (send(fd, &a, sizeof a, MSG_NOSIGNAL) != (ssize_t)sizeof a)
                         _exit(0);
         }
