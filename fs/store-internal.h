@@ -142,6 +142,21 @@ struct ino_cache_slot {
         struct ino_rec rec;
 };
 
+/* Inode numbers are handed to directories INO_BLOCK at a time (ws.c
+ * ino_alloc): what is made in one directory gets neighbouring numbers, so
+ * its ino, chunk and orphan records share LMDB pages even when files are
+ * made in many directories in turn (git writes each object into one of 256
+ * directories by its hash: with one counter, each directory's objects were
+ * spread over all the records, and rm -rf of .git touched and rewrote a
+ * page per object). Direct-mapped by (wsid, dir); an entry is a hint: losing
+ * it leaves the rest of its block unused. */
+#define INO_BLOCK 64
+#define INO_BLOCK_SLOTS 1024
+struct ino_block {
+        uint64_t wsid, dir; /* wsid 0: empty */
+        uint64_t next, end; /* the block's numbers not handed out yet */
+};
+
 /* The name-hash cache (struct ntfs_store.nhcache): slots, and the longest
  * name kept (longer names are hashed every time). */
 #define NAME_HASH_CACHE_SLOTS 1024
@@ -218,6 +233,10 @@ struct ntfs_store {
          * ws.c): every call reads several. Emptied when the batch is
          * aborted or a working state's records are deleted wholesale. */
         struct ino_cache_slot *icache;
+        /* Directories' blocks of inode numbers (ino_alloc in ws.c); emptied
+         * with icache: after an abort the session's counter is back
+         * before them. */
+        struct ino_block iblocks[INO_BLOCK_SLOTS];
 };
 
 struct ntfs_ws {

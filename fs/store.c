@@ -452,6 +452,7 @@ void store_caches_drop(ntfs_store *st) {
         st->scache_dirty = false; /* its changes were the lost batch's */
         st->empty_file_ok = false;
         icache_drop(st);
+        memset(st->iblocks, 0, sizeof st->iblocks);
 }
 
 /* The session cache holds the record the batch has for one name: set by a

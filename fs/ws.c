@@ -169,6 +169,7 @@ struct ctx {
         uint64_t wsid;
         struct sess_rec sr; /* sessions only */
         bool sr_changed;
+        struct ino_block *took; /* the block this call took, if any */
 };
 
 /* A name's hash (a SHA-256) through the store's cache: a LOOKUP, the
@@ -194,6 +195,7 @@ static int ctx_enter(ntfs_ws *ws, struct ctx *c, bool write) {
         c->ws = ws;
         c->write = write;
         c->sr_changed = false;
+        c->took = NULL;
         int r = store_enter(ws->st);
         if (r < 0)
                 return r;
@@ -218,18 +220,35 @@ static int ctx_leave(struct ctx *c, int r) {
                 if (r2 < 0)
                         r = r2;
         }
+        if (r < 0 && c->took)
+                c->took->wsid = 0; /* the counter did not move past it */
         if (r >= 0 && c->write)
                 c->ws->changes++;
         store_leave(c->st);
         return r;
 }
 
-static uint64_t ino_alloc(struct ctx *c) {
-        if (c->ws->session) {
-                c->sr_changed = true;
-                return c->sr.next_ino++;
-        }
-        return c->ws->view_next_ino++;
+static struct ino_block *iblock_slot(ntfs_store *st, uint64_t wsid, uint64_t dir) {
+        uint64_t x = (dir ^ (wsid << 40) ^ (wsid >> 24)) * 0x9e3779b97f4a7c15ULL;
+        return &st->iblocks[(x >> 32) & (INO_BLOCK_SLOTS - 1)];
+}
+
+/* A new inode number for an entry of dir: the next of dir's block, or the
+ * first of a new block taken from the session's counter (store-internal.h
+ * INO_BLOCK). A block taken by a call that fails is forgotten (ctx_leave),
+ * as the counter's advance is not saved. Read-only views count one by one. */
+static uint64_t ino_alloc(struct ctx *c, uint64_t dir) {
+        if (!c->ws->session)
+                return c->ws->view_next_ino++;
+        struct ino_block *b = iblock_slot(c->st, c->wsid, dir);
+        if (b->wsid == c->wsid && b->dir == dir && b->next < b->end)
+                return b->next++;
+        uint64_t ino = c->sr.next_ino;
+        c->sr.next_ino += INO_BLOCK;
+        c->sr_changed = true;
+        *b = (struct ino_block){ .wsid = c->wsid, .dir = dir, .next = ino + 1, .end = ino + INO_BLOCK };
+        c->took = b;
+        return ino;
 }
 
 static int64_t now_ns(void) { return ntfs_now_ns(); }
@@ -395,7 +414,7 @@ static int child_get(struct ctx *c, uint64_t dir, const struct ino_rec *drec, co
                                 return r;
                         ino_from_entry(&le, &rec);
                         rec.linkid = e.linkid;
-                        ino = ino_alloc(c);
+                        ino = ino_alloc(c, dir);
                         if ((r = ino_put(c->st, c->wsid, ino, &rec)) < 0)
                                 return r;
                         if ((r = db_put(c->st, c->st->lmap, lk, 16, &ino, 8)) < 0)
@@ -405,7 +424,7 @@ static int child_get(struct ctx *c, uint64_t dir, const struct ino_rec *drec, co
         } else {
                 ino_from_entry(&e, &rec);
                 rec.parent = dir;
-                ino = ino_alloc(c);
+                ino = ino_alloc(c, dir);
                 if ((r = ino_put(c->st, c->wsid, ino, &rec)) < 0)
                         return r;
         }
@@ -1180,7 +1199,7 @@ static int create_node(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t 
                                 c.st->empty_file_ok = true;
                         rec.base = c.st->empty_file;
                 }
-                ino = ino_alloc(&c);
+                ino = ino_alloc(&c, parent);
         }
         if (r == 0)
                 r = NTFS_FAULT("store.create");

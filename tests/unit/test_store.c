@@ -1314,6 +1314,68 @@ TEST(flusher_syncs_data_between_commits) {
         rm_rf(tmpdir);
 }
 
+/* Inode numbers come in per-directory blocks (ws.c ino_alloc): files made
+ * in two directories in turn get consecutive numbers within each
+ * directory, so their records stay on shared pages. A create that fails
+ * after its directory took a new block must not leave that block behind:
+ * the session's counter did not move, and another directory takes the same
+ * numbers next. Numbers are never reused, after a reopen either. */
+TEST(inode_numbers_in_directory_blocks) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        struct ntfs_attr a;
+        uint64_t seen[64];
+        size_t n = 0;
+        uint64_t dir[4];
+        const char *dn[4] = { "a", "b", "c", "d" };
+        for (int i = 0; i < 4; i++) {
+                ASSERT_OK(ntfs_ws_mkdir(ws, NTFS_ROOT_INO, dn[i], 0755, 0, 0, &a));
+                seen[n++] = dir[i] = a.ino;
+        }
+        uint64_t fa[3], fb[3];
+        char name[16];
+        for (int i = 0; i < 3; i++) {
+                snprintf(name, sizeof name, "f%d", i);
+                seen[n++] = fa[i] = mkfile(ws, dir[0], name, "x");
+                seen[n++] = fb[i] = mkfile(ws, dir[1], name, "y");
+        }
+        for (int i = 1; i < 3; i++) {
+                ASSERT_EQ(fa[i], fa[i - 1] + 1);
+                ASSERT_EQ(fb[i], fb[i - 1] + 1);
+        }
+        ASSERT_OK(ntfs_ws_lookup(ws, dir[1], "f1", &a));
+        ASSERT_EQ(a.ino, fb[1]);
+
+        /* c's first create fails after taking c's block */
+        ntfs_fault_arm("store.create", 1, NTFS_FAULT_ERROR);
+        ASSERT_EQ(ntfs_ws_mknod(ws, dir[2], "x", S_IFREG | 0644, 0, 0, 0, &a), -EIO);
+        ntfs_fault_disarm();
+        seen[n++] = mkfile(ws, dir[3], "y0", NULL); /* d takes the numbers c's block had */
+        seen[n++] = mkfile(ws, dir[2], "x", NULL);
+        seen[n++] = mkfile(ws, dir[3], "y1", NULL);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+
+        st = open_store();
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        seen[n++] = mkfile(ws, dir[0], "after-reopen", NULL);
+        seen[n++] = mkfile(ws, dir[2], "x2", NULL);
+        for (size_t i = 0; i < n; i++)
+                for (size_t j = i + 1; j < n; j++)
+                        ASSERT(seen[i] != seen[j]);
+        for (size_t i = 0; i < n; i++) { /* each number is its own inode */
+                ASSERT_OK(ntfs_ws_getattr(ws, seen[i], &a));
+                ASSERT_EQ(a.ino, seen[i]);
+        }
+        ntfs_ws_close(ws);
+        fsck_clean(st);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
 TEST(working_data_files) {
         static uint8_t x[256 << 10], y[256 << 10];
         fill(x, sizeof x, 1);
@@ -2326,6 +2388,7 @@ int main(void) {
         RUN(crash_points);
         RUN(commits_sync_the_bytes_they_name);
         RUN(flusher_syncs_data_between_commits);
+        RUN(inode_numbers_in_directory_blocks);
         RUN(working_data_files);
         RUN(store_layout_upgrade);
         RUN(inline_chunks);
