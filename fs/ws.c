@@ -169,7 +169,7 @@ struct ctx {
         uint64_t wsid;
         struct sess_rec sr; /* sessions only */
         bool sr_changed;
-        struct ino_block *took; /* the block this call took, if any */
+        bool took_block; /* ino_alloc took a new block of inode numbers */
 };
 
 /* A name's hash (a SHA-256) through the store's cache: a LOOKUP, the
@@ -195,7 +195,7 @@ static int ctx_enter(ntfs_ws *ws, struct ctx *c, bool write) {
         c->ws = ws;
         c->write = write;
         c->sr_changed = false;
-        c->took = NULL;
+        c->took_block = false;
         int r = store_enter(ws->st);
         if (r < 0)
                 return r;
@@ -220,8 +220,8 @@ static int ctx_leave(struct ctx *c, int r) {
                 if (r2 < 0)
                         r = r2;
         }
-        if (r < 0 && c->took)
-                c->took->wsid = 0; /* the counter did not move past it */
+        if (r < 0 && c->took_block) /* the counter did not move past them */
+                memset(c->st->iblocks, 0, sizeof c->st->iblocks);
         if (r >= 0 && c->write)
                 c->ws->changes++;
         store_leave(c->st);
@@ -235,8 +235,9 @@ static struct ino_block *iblock_slot(ntfs_store *st, uint64_t wsid, uint64_t dir
 
 /* A new inode number for an entry of dir: the next of dir's block, or the
  * first of a new block taken from the session's counter (store-internal.h
- * INO_BLOCK). A block taken by a call that fails is forgotten (ctx_leave),
- * as the counter's advance is not saved. Read-only views count one by one. */
+ * INO_BLOCK). When a call that took a block fails, the counter's advance is
+ * not saved: ctx_leave forgets every block (a call may have taken blocks
+ * for two directories, rename's lookups). Read-only views count one by one. */
 static uint64_t ino_alloc(struct ctx *c, uint64_t dir) {
         if (!c->ws->session)
                 return c->ws->view_next_ino++;
@@ -247,7 +248,7 @@ static uint64_t ino_alloc(struct ctx *c, uint64_t dir) {
         c->sr.next_ino += INO_BLOCK;
         c->sr_changed = true;
         *b = (struct ino_block){ .wsid = c->wsid, .dir = dir, .next = ino + 1, .end = ino + INO_BLOCK };
-        c->took = b;
+        c->took_block = true;
         return ino;
 }
 
