@@ -214,14 +214,30 @@ static int ctx_enter(ntfs_ws *ws, struct ctx *c, bool write) {
         return 0;
 }
 
+/* A call that fails may already have written records with numbers from
+ * the blocks it took (readdir materializes entry after entry; the batch
+ * keeps them): the counter's advance is saved on its own, so that no
+ * number is handed out twice. */
+static int keep_ino_counter(struct ctx *c) {
+        struct sess_rec cur;
+        int r = sess_get(c->st, c->ws->session, &cur);
+        if (r == 0 && cur.next_ino < c->sr.next_ino) {
+                cur.next_ino = c->sr.next_ino;
+                r = sess_put_lazy(c->st, c->ws->session, &cur);
+        }
+        return r;
+}
+
 static int ctx_leave(struct ctx *c, int r) {
-        if (r >= 0 && c->sr_changed && c->ws->session) {
-                int r2 = sess_put_lazy(c->st, c->ws->session, &c->sr);
-                if (r2 < 0)
+        if (c->sr_changed && c->ws->session) {
+                int r2 = r >= 0 ? sess_put_lazy(c->st, c->ws->session, &c->sr)
+                         : c->took_block ? keep_ino_counter(c)
+                                         : 0;
+                if (r2 < 0 && c->took_block) /* the counter did not move past them */
+                        memset(c->st->iblocks, 0, sizeof c->st->iblocks);
+                if (r2 < 0 && r >= 0)
                         r = r2;
         }
-        if (r < 0 && c->took_block) /* the counter did not move past them */
-                memset(c->st->iblocks, 0, sizeof c->st->iblocks);
         if (r >= 0 && c->write)
                 c->ws->changes++;
         store_leave(c->st);
@@ -235,9 +251,9 @@ static struct ino_block *iblock_slot(ntfs_store *st, uint64_t wsid, uint64_t dir
 
 /* A new inode number for an entry of dir: the next of dir's block, or the
  * first of a new block taken from the session's counter (store-internal.h
- * INO_BLOCK). When a call that took a block fails, the counter's advance is
- * not saved: ctx_leave forgets every block (a call may have taken blocks
- * for two directories, rename's lookups). Read-only views count one by one. */
+ * INO_BLOCK). The counter's advance is saved even when the call fails
+ * (ctx_leave); if it cannot be, every block is forgotten. Read-only views
+ * count one by one. */
 static uint64_t ino_alloc(struct ctx *c, uint64_t dir) {
         if (!c->ws->session)
                 return c->ws->view_next_ino++;

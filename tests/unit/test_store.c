@@ -1317,9 +1317,9 @@ TEST(flusher_syncs_data_between_commits) {
 /* Inode numbers come in per-directory blocks (ws.c ino_alloc): files made
  * in two directories in turn get consecutive numbers within each
  * directory, so their records stay on shared pages. A create that fails
- * after its directory took a new block must not leave that block behind:
- * the session's counter did not move, and another directory takes the same
- * numbers next. Numbers are never reused, after a reopen either. */
+ * after its directory took a new block keeps the counter's advance (had it
+ * been lost with the block kept, the next directory would take the same
+ * numbers). Numbers are never reused, after a reopen either. */
 TEST(inode_numbers_in_directory_blocks) {
         fresh_dir();
         ntfs_store *st = open_store();
@@ -1353,7 +1353,7 @@ TEST(inode_numbers_in_directory_blocks) {
         ntfs_fault_arm("store.create", 1, NTFS_FAULT_ERROR);
         ASSERT_EQ(ntfs_ws_mknod(ws, dir[2], "x", S_IFREG | 0644, 0, 0, 0, &a), -EIO);
         ntfs_fault_disarm();
-        seen[n++] = mkfile(ws, dir[3], "y0", NULL); /* d takes the numbers c's block had */
+        seen[n++] = mkfile(ws, dir[3], "y0", NULL); /* d's block starts past c's */
         seen[n++] = mkfile(ws, dir[2], "x", NULL);
         seen[n++] = mkfile(ws, dir[3], "y1", NULL);
         ntfs_ws_close(ws);
