@@ -57,11 +57,18 @@ struct ws_hdr {
         uint64_t view_next_ino;
 };
 
+/* The slot of (wsid, n) in a direct-mapped table of size slots (a power
+ * of two): the inode cache, keyed by inode, and the inode-number blocks,
+ * keyed by directory. */
+static size_t wsid_slot(uint64_t wsid, uint64_t n, size_t size) {
+        uint64_t x = (n ^ (wsid << 40) ^ (wsid >> 24)) * 0x9e3779b97f4a7c15ULL;
+        return (size_t)(x >> 32) & (size - 1);
+}
+
 /* The inode cache slot of (wsid, ino); ino 0 (the working state's
  * header record) is never cached. */
 static struct ino_cache_slot *icache_slot(ntfs_store *st, uint64_t wsid, uint64_t ino) {
-        uint64_t x = (ino ^ (wsid << 40) ^ (wsid >> 24)) * 0x9e3779b97f4a7c15ULL;
-        return &st->icache[(x >> 32) & (INO_CACHE_SLOTS - 1)];
+        return &st->icache[wsid_slot(wsid, ino, INO_CACHE_SLOTS)];
 }
 
 int ino_get(ntfs_store *st, uint64_t wsid, uint64_t ino, struct ino_rec *ret) {
@@ -244,11 +251,6 @@ static int ctx_leave(struct ctx *c, int r) {
         return r;
 }
 
-static struct ino_block *iblock_slot(ntfs_store *st, uint64_t wsid, uint64_t dir) {
-        uint64_t x = (dir ^ (wsid << 40) ^ (wsid >> 24)) * 0x9e3779b97f4a7c15ULL;
-        return &st->iblocks[(x >> 32) & (INO_BLOCK_SLOTS - 1)];
-}
-
 /* A new inode number for an entry of dir: the next of dir's block, or the
  * first of a new block taken from the session's counter (store-internal.h
  * INO_BLOCK). The counter's advance is saved even when the call fails
@@ -257,7 +259,7 @@ static struct ino_block *iblock_slot(ntfs_store *st, uint64_t wsid, uint64_t dir
 static uint64_t ino_alloc(struct ctx *c, uint64_t dir) {
         if (!c->ws->session)
                 return c->ws->view_next_ino++;
-        struct ino_block *b = iblock_slot(c->st, c->wsid, dir);
+        struct ino_block *b = &c->st->iblocks[wsid_slot(c->wsid, dir, INO_BLOCK_SLOTS)];
         if (b->wsid == c->wsid && b->dir == dir && b->next < b->end)
                 return b->next++;
         uint64_t ino = c->sr.next_ino;
