@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/util.h"
@@ -18,6 +19,7 @@ static atomic_int armed = -1; /* -1: env not read yet, 0: off, 1: on */
 static char point_name[128];
 static unsigned target, hits;
 static enum ntfs_fault_action act;
+static unsigned sleep_ms = 1000;
 
 static void read_env_locked(void) {
         const char *e = getenv("NTFS_FAULT");
@@ -39,7 +41,13 @@ static void read_env_locked(void) {
         snprintf(point_name, sizeof point_name, "%s", buf);
         target = (unsigned)n;
         hits = 0;
-        act = (c2 && strcmp(c2 + 1, "error") == 0) ? NTFS_FAULT_ERROR : NTFS_FAULT_CRASH;
+        act = NTFS_FAULT_CRASH;
+        if (c2 && strcmp(c2 + 1, "error") == 0)
+                act = NTFS_FAULT_ERROR;
+        else if (c2 && strncmp(c2 + 1, "sleep", 5) == 0 && ntfs_parse_u64(c2 + 6, 600000, &n) == 0) {
+                act = NTFS_FAULT_SLEEP;
+                sleep_ms = (unsigned)n;
+        }
         atomic_store(&armed, 1);
 }
 
@@ -49,6 +57,7 @@ void ntfs_fault_arm(const char *point, unsigned n, enum ntfs_fault_action action
         target = n;
         hits = 0;
         act = action;
+        sleep_ms = 1000;
         atomic_store(&armed, 1);
         pthread_mutex_unlock(&lock);
 }
@@ -73,6 +82,7 @@ int ntfs_fault(const char *point) {
         if (a == 0)
                 return 0;
         int r = 0;
+        unsigned pause_ms = 0;
         pthread_mutex_lock(&lock);
         if (atomic_load(&armed) < 0)
                 read_env_locked();
@@ -84,9 +94,18 @@ int ntfs_fault(const char *point) {
                                 raise(SIGKILL);
                                 _exit(137);
                         }
-                        r = -EIO;
+                        if (act == NTFS_FAULT_SLEEP) {
+                                fprintf(stderr, "ntfs: fault %s: sleeping %u ms\n", point, sleep_ms);
+                                pause_ms = sleep_ms;
+                        } else
+                                r = -EIO;
                 }
         }
         pthread_mutex_unlock(&lock);
+        if (pause_ms) {
+                struct timespec ts = { .tv_sec = pause_ms / 1000, .tv_nsec = (long)(pause_ms % 1000) * 1000000L };
+                while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                        ;
+        }
         return r;
 }

@@ -281,12 +281,20 @@ static int run_tool(const char *session, const char *tool, const char *command, 
         size_t n_charges = 0;
         if ((r = policy_check(session, tool, &timeout_ms, &out_limit, charges, &n_charges, why, whylen)) < 0)
                 return r;
+        (void)NTFS_FAULT("exec.admitted"); /* tests hold this window open (sleep) */
         /* Other mounts' fsyncs from here on are recorded (before the
          * pre-checkpoint: one between it and begin is not in commit_before). */
         _cleanup_(inflight_leavep) const char *inflight = NULL;
         if (spec->workspace_rw) {
                 d_inflight_enter(session);
                 inflight = session;
+                /* Read the session again: a write fsync'd since the read
+                 * above left no marker, so it must make the session dirty
+                 * here and be in the checkpoint below (docs/recovery.md). */
+                if ((r = ntfs_session_get(D.st, session, &si)) < 0) {
+                        snprintf(why, whylen, "session '%s': %s", session, ntfs_strerror(r));
+                        return r;
+                }
         }
         /* commit_before must be the exact state the effect starts from, so a
          * state-changing call on a dirty session checkpoints it first (else

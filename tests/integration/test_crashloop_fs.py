@@ -7,9 +7,9 @@ history with the recorded content, every fsync'd file has its content in
 the working state, no journal effect is pending and every done effect's
 commit is in the history. And the checker's self-test: a false claim
 appended to the log (a checkpoint that does not exist, a wrong hash for an
-fsync'd file) must be reported as a loss. Plus two kill -9 tests found by
-the crash loop: ntfsd must always die (fixed in fs/mount.c), and the
-reproducer of recovery dropping a concurrent writer's data (fixed;
+fsync'd file) must be reported as a loss. Plus kill -9 tests found by
+the crash loop: ntfsd must always die (fixed in fs/mount.c), and two
+reproducers of recovery dropping a concurrent writer's data (fixed;
 docs/reliability.md).
 
 Runs against NTFS_BUILD (normal or ASan). NTFS_CRASHLOOP_KILLS (default 5)
@@ -213,6 +213,79 @@ def test_exec_recovery_keeps_fsynced_writes_and_checkpoints(tmp_path, checkpoint
         if ack and ack not in history:
             lost.append(f"checkpoint {ack[:12]} (acknowledged) is no longer in the session's history")
         assert lost == [], f"lost after the recovery: {lost}"
+    finally:
+        r.close()
+        lazy_unmount(str(tmp_path))
+
+
+def test_exec_recovery_keeps_a_write_fsynced_as_the_command_starts(tmp_path):
+    """The window crash-loop-fs --exec-shared found once (seed 1215: "f/d27/
+    w175.dat: missing in the working state"): a writer fsyncs a file while a
+    jailed command of the same session is being admitted, after the daemon
+    read the session but before it began recording other mounts' fsyncs.
+    The session looked clean, so there was no checkpoint before the command,
+    commit_before did not hold the file, the fsync left no marker, and after
+    a crash recovery's rollback dropped an fsync'd file. The fault point
+    exec.admitted holds that window open for 2 s; the daemon is killed while
+    the command runs; after the restart the file must be there (and the
+    command's own write, made after commit_before, must not)."""
+    if os.geteuid() != 0:
+        pytest.skip("the jail needs root")
+    if find_bin("ntfsd") is None or find_bin("ntfs-jail") is None:
+        pytest.skip(f"ntfsd / ntfs-jail are not built under {BUILD}")
+    r = Runner(str(tmp_path))
+    try:
+        r.start(fault="exec.admitted:1:sleep2000")
+        r.ok("POST", "/v1/sessions", {"name": "w"})
+        r.ok("POST", "/v1/sessions/w/checkpoint", {})
+        mnt = os.path.join(str(tmp_path), "m")
+        os.mkdir(mnt)
+        r.ok("POST", "/v1/mounts", {"session": "w", "mountpoint": mnt})
+        assert r.ok("GET", "/v1/sessions/w")["dirty"] is False
+        out = {}
+
+        def run_exec():
+            try:
+                out["res"] = r.exec("w", "bash_write", "echo jail > jail.txt; sleep 30", key="k1", timeout=60)
+            except OSError:
+                out["res"] = "died"
+
+        th = threading.Thread(target=run_exec, daemon=True)
+        th.start()
+        deadline = time.monotonic() + 30
+        while "fault exec.admitted: sleeping" not in r.log_tail(10**6):
+            assert time.monotonic() < deadline, "the command was not admitted"
+            time.sleep(0.01)
+        fd = os.open(os.path.join(mnt, "during.txt"), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, b"fsync'd while the command was admitted\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        # the window must still have been open when the fsync returned
+        assert not any(e["status"] == "pending" for e in r.effects("w")), "fsync'd after the command began"
+        while not (any(e["status"] == "pending" for e in r.effects("w")) and os.path.exists(os.path.join(mnt, "jail.txt"))):
+            assert time.monotonic() < deadline, "the jailed command did not start"
+            time.sleep(0.02)
+        r.kill9()
+        th.join(60)
+        assert out.get("res") == "died", out
+        lazy_unmount(str(tmp_path))
+        r.start()
+        effs = r.effects("w")
+        assert [e["status"] for e in effs] == ["failed"], effs
+        r.ok("POST", "/v1/mounts", {"session": "w", "mountpoint": mnt})
+        try:
+            present = sorted(os.listdir(mnt))
+            data = None
+            if "during.txt" in present:
+                with open(os.path.join(mnt, "during.txt"), "rb") as f:
+                    data = f.read()
+        finally:
+            r.ok("POST", "/v1/mounts/unmount", {"mountpoint": mnt})
+        assert "during.txt" in present, f"the file fsync'd as the command started was rolled back: {present}"
+        assert data == b"fsync'd while the command was admitted\n"
+        assert "jail.txt" not in present, present  # the interrupted command's write is undone
     finally:
         r.close()
         lazy_unmount(str(tmp_path))
