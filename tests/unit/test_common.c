@@ -6,6 +6,7 @@
 
 #include "common/cleanup.h"
 #include "common/err.h"
+#include "common/fault.h"
 #include "common/util.h"
 #include "tests/unit/tap.h"
 #include "common/banned.h"
@@ -95,6 +96,29 @@ TEST(errcodes) {
         ASSERT_STREQ(ntfs_errcode(-12345), "internal");
 }
 
+/* An armed point fires at its nth hit only: ERROR returns -EIO there,
+ * SLEEP pauses (1 s when armed from code) and returns 0. */
+TEST(fault_actions) {
+        unsetenv("NTFS_FAULT");
+        ASSERT_EQ(ntfs_fault("t.point"), 0); /* nothing armed */
+        ntfs_fault_arm("t.point", 2, NTFS_FAULT_ERROR);
+        ASSERT_EQ(ntfs_fault("t.other"), 0);
+        ASSERT_EQ(ntfs_fault("t.point"), 0);
+        ASSERT_EQ(ntfs_fault("t.point"), -EIO);
+        ASSERT_EQ(ntfs_fault("t.point"), 0);
+        ASSERT_EQ(ntfs_fault_hits("t.point"), 3u);
+        ntfs_fault_arm("t.point", 1, NTFS_FAULT_SLEEP);
+        int64_t t0 = ntfs_mono_ns();
+        ASSERT_EQ(ntfs_fault("t.point"), 0);
+        int64_t slept = ntfs_mono_ns() - t0;
+        ASSERT(slept >= 1000000000LL);
+        t0 = ntfs_mono_ns();
+        ASSERT_EQ(ntfs_fault("t.point"), 0); /* the 2nd hit does not sleep */
+        ASSERT(ntfs_mono_ns() - t0 < 500000000LL);
+        ntfs_fault_disarm();
+        ASSERT_EQ(ntfs_fault_hits("t.point"), 0u);
+}
+
 int main(void) {
         RUN(names);
         RUN(hex_roundtrip);
@@ -102,5 +126,6 @@ int main(void) {
         RUN(parse_u64);
         RUN(room_for);
         RUN(errcodes);
+        RUN(fault_actions);
         return tap_done();
 }
