@@ -290,6 +290,20 @@ int store_txn_begin(ntfs_store *st);
  * that wants the lock waits for the whole slice. */
 #define FORGET_SLICE 32
 size_t ws_forget_drain_all(ntfs_store *st);
+/* Queued forgets over all handles (lock held). A handle queues at most
+ * FORGET_QUEUE_MAX (2 MiB of inode numbers; beyond, ntfs_ws_forget frees
+ * at once). While the store is busy (more than FORGET_BUSY_ENTRIES
+ * store_enter() calls between two of the flusher's wake-ups, 50 ms apart)
+ * the flusher leaves the queues alone until they hold FORGET_DEFER_MAX in
+ * all (store.c, flusher_main). */
+#define FORGET_QUEUE_MAX 262144
+#define FORGET_DEFER_MAX (FORGET_QUEUE_MAX / 2)
+#define FORGET_BUSY_ENTRIES 64u
+/* Slices freed per wake-up of a quiet store: ~1.5 ms of work every 50 ms,
+ * so that what a burst left queued does not take a CPU from whatever runs
+ * next (a quiet store is not an idle machine). */
+#define FORGET_QUIET_SLICES 16
+size_t ws_forget_queued(ntfs_store *st);
 /* The reserve is held in LMDB's file (store.c, reserve_hold). Lock held. */
 bool store_reserve_held(ntfs_store *st);
 /* Runs invalidate callbacks that a rollback queued (call without the lock). */

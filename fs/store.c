@@ -291,8 +291,24 @@ static void yield_to_waiters(ntfs_store *st) {
         pthread_mutex_lock(&st->lock);
 }
 
+/* Whether the flusher frees queued forgets now (lock held): when the store
+ * was quiet since its last wake-up, when the queues are long, or when the
+ * disk is low (freed pages are room for new ones). An `rm -rf` sends a
+ * FORGET for every UNLINK; freeing them meanwhile takes the store lock and
+ * a CPU from the requests, so it waits for the pause after the burst
+ * (docs/store.md, "Forgets are queued"). */
+static int forgets_due(ntfs_store *st, unsigned *seen) {
+        unsigned taken = atomic_load_explicit(&st->lock_taken, memory_order_relaxed);
+        bool busy = taken - *seen > FORGET_BUSY_ENTRIES;
+        *seen = taken;
+        if (st->low_space || ws_forget_queued(st) >= FORGET_DEFER_MAX)
+                return 4096;
+        return busy ? 0 : FORGET_QUIET_SLICES;
+}
+
 static void *flusher_main(void *arg) {
         ntfs_store *st = arg;
+        unsigned seen = atomic_load_explicit(&st->lock_taken, memory_order_relaxed);
         pthread_mutex_lock(&st->lock);
         while (!st->stopping) {
                 struct timespec ts;
@@ -308,7 +324,8 @@ static void *flusher_main(void *arg) {
                 /* a slice at a time, letting requests in between; bounded,
                  * so that forgets arriving as fast as they are freed cannot
                  * keep the batch from its commit */
-                for (int i = 0; i < 4096 && ws_forget_drain_all(st) && !st->stopping; i++)
+                int slices = forgets_due(st, &seen);
+                for (int i = 0; i < slices && ws_forget_drain_all(st) && !st->stopping; i++)
                         yield_to_waiters(st);
                 if (st->stopping)
                         break;

@@ -2044,8 +2044,6 @@ static int forget_one_locked(struct ctx *c, uint64_t ino) {
         return r == -ESTALE ? 0 : r;
 }
 
-#define FORGET_QUEUE_MAX 65536
-
 void ntfs_ws_forget(ntfs_ws *ws, uint64_t ino) {
         /* With a flusher, queue it (ws_forget_drain_all); without one, or
          * when the queue is full, look at it now. */
@@ -2100,6 +2098,16 @@ static size_t forget_drain(ntfs_ws *ws, size_t *budget) {
         if (r < 0)
                 log_debug("ws: freeing forgotten inodes failed: %s", ntfs_strerror(r));
         return r < 0 ? 0 : left;
+}
+
+size_t ws_forget_queued(ntfs_store *st) {
+        size_t n = 0;
+        for (ntfs_ws *w = st->wss; w; w = w->next) {
+                pthread_mutex_lock(&w->fq_lock);
+                n += w->fq_n;
+                pthread_mutex_unlock(&w->fq_lock);
+        }
+        return n;
 }
 
 size_t ws_forget_drain_all(ntfs_store *st) {

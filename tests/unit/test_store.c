@@ -9,7 +9,9 @@
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <lmdb.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -2126,6 +2128,133 @@ TEST(forget_queue_frees_unlinked_inodes) {
         rm_rf(tmpdir);
 }
 
+/* A thread that keeps the store busy (getattr in a loop), as a burst of
+ * FUSE requests does. */
+struct busy_arg {
+        ntfs_ws *ws;
+        uint64_t ino;
+        atomic_bool stop;
+        atomic_ulong calls;
+};
+
+static void *busy_main(void *p) {
+        struct busy_arg *b = p;
+        struct ntfs_attr a;
+        while (!atomic_load(&b->stop)) {
+                if (ntfs_ws_getattr(b->ws, b->ino, &a) == 0)
+                        atomic_fetch_add(&b->calls, 1);
+        }
+        return NULL;
+}
+
+/* Polls getattr of ino until it answers ESTALE (freed), for at most ms. */
+static int wait_freed(ntfs_ws *ws, uint64_t ino, int ms) {
+        struct ntfs_attr a;
+        int r = 0;
+        for (int i = 0; i < ms / 10 && (r = ntfs_ws_getattr(ws, ino, &a)) == 0; i++)
+                nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000000L }, NULL);
+        return r;
+}
+
+/* While requests keep the store busy, the flusher leaves queued forgets
+ * alone (an rm -rf sends one per file: freeing them would take the lock
+ * and a CPU from the requests) and frees them in the pause after; unless
+ * the disk is low, or the queues long (FORGET_DEFER_MAX). */
+TEST(queued_forgets_wait_for_a_quiet_store) {
+        fresh_dir();
+        ntfs_store *st = open_store(); /* with the flusher */
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        uint64_t kept = mkfile(ws, NTFS_ROOT_INO, "kept", "k");
+        uint64_t a = mkfile(ws, NTFS_ROOT_INO, "a", "aa");
+        uint64_t b = mkfile(ws, NTFS_ROOT_INO, "b", "bb");
+        ASSERT_OK(ntfs_ws_unlink(ws, NTFS_ROOT_INO, "a"));
+        ASSERT_OK(ntfs_ws_unlink(ws, NTFS_ROOT_INO, "b"));
+        struct busy_arg busy = { .ws = ws, .ino = kept };
+        pthread_t th;
+        ASSERT_EQ(pthread_create(&th, NULL, busy_main, &busy), 0);
+        nanosleep(&(struct timespec){ .tv_nsec = 120 * 1000000L }, NULL);
+        ntfs_ws_forget(ws, a);
+        /* six of the flusher's wake-ups, all busy: a stays queued, unfreed */
+        nanosleep(&(struct timespec){ .tv_nsec = 300 * 1000000L }, NULL);
+        struct ntfs_attr at;
+        int r = ntfs_ws_getattr(ws, a, &at);
+        unsigned long calls = atomic_load(&busy.calls);
+        atomic_store(&busy.stop, true);
+        pthread_join(th, NULL);
+        ASSERT(calls > 1000); /* it was busy: thousands of calls, not 64 per 50 ms */
+        ASSERT_OK(r);
+        ASSERT_EQ(at.nlink, 0);
+        /* quiet now: freed at the next wake-up */
+        ASSERT_ERR(wait_freed(ws, a, 2000), -ESTALE);
+        /* busy again, but the disk is low: freed at once */
+        atomic_store(&busy.stop, false);
+        ASSERT_EQ(pthread_create(&th, NULL, busy_main, &busy), 0);
+        pthread_mutex_lock(&st->lock);
+        st->low_space = true;
+        pthread_mutex_unlock(&st->lock);
+        ntfs_ws_forget(ws, b);
+        r = wait_freed(ws, b, 2000);
+        atomic_store(&busy.stop, true);
+        pthread_join(th, NULL);
+        pthread_mutex_lock(&st->lock);
+        st->low_space = false;
+        pthread_mutex_unlock(&st->lock);
+        ASSERT_ERR(r, -ESTALE);
+        ASSERT_OK(ntfs_ws_getattr(ws, kept, &at));
+        ASSERT_EQ(at.nlink, 1);
+        fsck_clean(st);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+/* What a burst left queued is freed at a trickle while the store is quiet:
+ * at most FORGET_QUIET_SLICES slices per wake-up of the flusher (50 ms
+ * apart), so that it never takes a CPU from whatever runs next. */
+TEST(quiet_store_frees_queued_forgets_at_a_trickle) {
+        fresh_dir();
+        ntfs_store *st = open_store(); /* with the flusher */
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        enum { PER_WAKE = FORGET_QUIET_SLICES * FORGET_SLICE, N = 3 * PER_WAKE + 7 };
+        static uint64_t inos[N];
+        char name[32];
+        for (int i = 0; i < N; i++) {
+                snprintf(name, sizeof name, "f%d", i);
+                inos[i] = mkfile(ws, NTFS_ROOT_INO, name, "x");
+                ASSERT_OK(ntfs_ws_unlink(ws, NTFS_ROOT_INO, name));
+        }
+        /* all queued at once (under the lock, so no wake-up sees half) */
+        pthread_mutex_lock(&st->lock);
+        for (int i = 0; i < N; i++)
+                ntfs_ws_forget(ws, inos[i]);
+        pthread_mutex_unlock(&st->lock);
+        size_t prev = N, biggest = 0;
+        int polls = 0;
+        for (; polls < 400 && prev > 0; polls++) {
+                nanosleep(&(struct timespec){ .tv_nsec = 5 * 1000000L }, NULL);
+                pthread_mutex_lock(&st->lock);
+                size_t now = ws_forget_queued(st);
+                pthread_mutex_unlock(&st->lock);
+                if (prev - now > biggest)
+                        biggest = prev - now;
+                prev = now;
+        }
+        ASSERT_EQ(prev, 0u);             /* all freed, within 2 s */
+        ASSERT(biggest <= PER_WAKE);     /* never more than a trickle at once */
+        ASSERT(biggest >= FORGET_SLICE); /* and whole slices */
+        struct ntfs_attr a;
+        ASSERT_ERR(ntfs_ws_getattr(ws, inos[0], &a), -ESTALE);
+        ASSERT_ERR(ntfs_ws_getattr(ws, inos[N - 1], &a), -ESTALE);
+        fsck_clean(st);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
 /* The flusher frees queued forgets a slice at a time (a FUSE request
  * waiting for the store lock gets it between slices): each drain frees at
  * most one slice, over all workspaces together, reports what is left, and
@@ -2383,6 +2512,8 @@ int main(void) {
         RUN(aborted_batch_drops_cached_records);
         RUN(failed_writes_give_their_slots_back);
         RUN(forget_queue_frees_unlinked_inodes);
+        RUN(queued_forgets_wait_for_a_quiet_store);
+        RUN(quiet_store_frees_queued_forgets_at_a_trickle);
         RUN(queued_forgets_are_freed_a_slice_at_a_time);
         RUN(orphan_of_a_dead_process_is_purged);
         RUN(second_handle_shares_the_session);
