@@ -150,6 +150,29 @@ def test_kill9_while_checkpointing_always_dies(tmp_path):
     assert hung == [], f"ntfsd did not die after kill -9 in rounds {hung} of {KILL_ROUNDS}"
 
 
+def mounted_session(tmp_path, fault):
+    """ntfsd started with `fault` armed, session w checkpointed (clean) and
+    mounted at tmp_path/m; -> (runner, mountpoint). Skips without root (the
+    jail) or the binaries. The caller closes the runner and lazily unmounts."""
+    if os.geteuid() != 0:
+        pytest.skip("the jail needs root")
+    if find_bin("ntfsd") is None or find_bin("ntfs-jail") is None:
+        pytest.skip(f"ntfsd / ntfs-jail are not built under {BUILD}")
+    r = Runner(str(tmp_path))
+    try:
+        r.start(fault=fault)
+        r.ok("POST", "/v1/sessions", {"name": "w"})
+        r.ok("POST", "/v1/sessions/w/checkpoint", {})
+        mnt = os.path.join(str(tmp_path), "m")
+        os.mkdir(mnt)
+        r.ok("POST", "/v1/mounts", {"session": "w", "mountpoint": mnt})
+    except BaseException:
+        r.close()
+        lazy_unmount(str(tmp_path))
+        raise
+    return r, mnt
+
+
 @pytest.mark.parametrize("checkpoint_during", [True, False])
 def test_exec_recovery_keeps_fsynced_writes_and_checkpoints(tmp_path, checkpoint_during):
     """A deterministic form of what `crash-loop-fs --exec-shared` finds:
@@ -160,19 +183,8 @@ def test_exec_recovery_keeps_fsynced_writes_and_checkpoints(tmp_path, checkpoint
     session's history. Both were lost before recovery learnt not to roll
     back a session whose head moved (checkpoint_during) or whose other
     mount fsync'd while the command ran (the journal's fsync marker)."""
-    if os.geteuid() != 0:
-        pytest.skip("the jail needs root")
-    if find_bin("ntfsd") is None or find_bin("ntfs-jail") is None:
-        pytest.skip(f"ntfsd / ntfs-jail are not built under {BUILD}")
-    r = Runner(str(tmp_path))
+    r, mnt = mounted_session(tmp_path, "exec.after_run:1:crash")
     try:
-        r.start(fault="exec.after_run:1:crash")
-        r.ok("POST", "/v1/sessions", {"name": "w"})
-        r.ok("POST", "/v1/sessions/w/checkpoint", {})
-        mnt = os.path.join(str(tmp_path), "m")
-        os.mkdir(mnt)
-        r.ok("POST", "/v1/mounts", {"session": "w", "mountpoint": mnt})
-
         def put(name, data):
             fd = os.open(os.path.join(mnt, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
             try:
@@ -229,18 +241,8 @@ def test_exec_recovery_keeps_a_write_fsynced_as_the_command_starts(tmp_path):
     exec.admitted holds that window open for 2 s; the daemon is killed while
     the command runs; after the restart the file must be there (and the
     command's own write, made after commit_before, must not)."""
-    if os.geteuid() != 0:
-        pytest.skip("the jail needs root")
-    if find_bin("ntfsd") is None or find_bin("ntfs-jail") is None:
-        pytest.skip(f"ntfsd / ntfs-jail are not built under {BUILD}")
-    r = Runner(str(tmp_path))
+    r, mnt = mounted_session(tmp_path, "exec.admitted:1:sleep2000")
     try:
-        r.start(fault="exec.admitted:1:sleep2000")
-        r.ok("POST", "/v1/sessions", {"name": "w"})
-        r.ok("POST", "/v1/sessions/w/checkpoint", {})
-        mnt = os.path.join(str(tmp_path), "m")
-        os.mkdir(mnt)
-        r.ok("POST", "/v1/mounts", {"session": "w", "mountpoint": mnt})
         assert r.ok("GET", "/v1/sessions/w")["dirty"] is False
         out = {}
 

@@ -66,6 +66,17 @@ static ntfs_ws *quiet_session(ntfs_store **st) {
         return ws;
 }
 
+/* A fresh store with the background flusher, with session "s"; returns
+ * its working state. */
+static ntfs_ws *flusher_session(ntfs_store **st) {
+        fresh_dir();
+        *st = open_store();
+        ASSERT_OK(ntfs_session_create(*st, "s", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(*st, "s", &ws));
+        return ws;
+}
+
 /* path helpers over the ws API */
 static int walk(ntfs_ws *ws, const char *path, uint64_t *ret_parent, char *last, uint64_t *ret_ino) {
         uint64_t cur = NTFS_ROOT_INO, parent = 0;
@@ -2161,11 +2172,8 @@ static int wait_freed(ntfs_ws *ws, uint64_t ino, int ms) {
  * and a CPU from the requests) and frees them in the pause after; unless
  * the disk is low, or the queues long (FORGET_DEFER_MAX). */
 TEST(queued_forgets_wait_for_a_quiet_store) {
-        fresh_dir();
-        ntfs_store *st = open_store(); /* with the flusher */
-        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
-        ntfs_ws *ws;
-        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        ntfs_store *st;
+        ntfs_ws *ws = flusher_session(&st);
         uint64_t kept = mkfile(ws, NTFS_ROOT_INO, "kept", "k");
         uint64_t a = mkfile(ws, NTFS_ROOT_INO, "a", "aa");
         uint64_t b = mkfile(ws, NTFS_ROOT_INO, "b", "bb");
@@ -2214,11 +2222,8 @@ TEST(queued_forgets_wait_for_a_quiet_store) {
  * at most FORGET_QUIET_SLICES slices per wake-up of the flusher (50 ms
  * apart), so that it never takes a CPU from whatever runs next. */
 TEST(quiet_store_frees_queued_forgets_at_a_trickle) {
-        fresh_dir();
-        ntfs_store *st = open_store(); /* with the flusher */
-        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
-        ntfs_ws *ws;
-        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        ntfs_store *st;
+        ntfs_ws *ws = flusher_session(&st);
         enum { PER_WAKE = FORGET_QUIET_SLICES * FORGET_SLICE, N = 3 * PER_WAKE + 7 };
         static uint64_t inos[N];
         char name[32];
