@@ -295,7 +295,8 @@ size_t ws_forget_drain_all(ntfs_store *st);
  * at once). While the store is busy (more than FORGET_BUSY_ENTRIES
  * store_enter() calls between two of the flusher's wake-ups, 50 ms apart)
  * the flusher leaves the queues alone until they hold FORGET_DEFER_MAX in
- * all (store.c, flusher_main). */
+ * all or the disk is low; a quiet store frees FORGET_QUIET_SLICES per
+ * wake-up (store.c, forgets_due). */
 #define FORGET_QUEUE_MAX 262144
 #define FORGET_DEFER_MAX (FORGET_QUEUE_MAX / 2)
 #define FORGET_BUSY_ENTRIES 64u
