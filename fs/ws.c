@@ -2111,13 +2111,7 @@ size_t ws_forget_queued(ntfs_store *st) {
 }
 
 size_t ws_forget_drain_all(ntfs_store *st) {
-        bool any = false;
-        for (ntfs_ws *w = st->wss; w && !any; w = w->next) {
-                pthread_mutex_lock(&w->fq_lock);
-                any = w->fq_n > 0;
-                pthread_mutex_unlock(&w->fq_lock);
-        }
-        if (!any || !txn_ok(st))
+        if (ws_forget_queued(st) == 0 || !txn_ok(st))
                 return 0;
         /* one slice in all, however many workspaces are mounted */
         size_t budget = FORGET_SLICE, left = 0;

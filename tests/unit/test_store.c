@@ -2106,11 +2106,8 @@ TEST(session_counters_reach_the_batch) {
  * queued and the flusher frees it (within its 50 ms period); a linked
  * inode stays. */
 TEST(forget_queue_frees_unlinked_inodes) {
-        fresh_dir();
-        ntfs_store *st = open_store();
-        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
-        ntfs_ws *ws;
-        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        ntfs_store *st;
+        ntfs_ws *ws = flusher_session(&st);
         uint64_t gone = mkfile(ws, NTFS_ROOT_INO, "gone", "bytes");
         uint64_t kept = mkfile(ws, NTFS_ROOT_INO, "kept", "bytes");
         ASSERT_OK(ntfs_ws_unlink(ws, NTFS_ROOT_INO, "gone"));
