@@ -304,6 +304,10 @@ size_t ws_forget_drain_all(ntfs_store *st);
  * so that what a burst left queued does not take a CPU from whatever runs
  * next (a quiet store is not an idle machine). */
 #define FORGET_QUIET_SLICES 16
+/* Slices freed per wake-up when the queues are long or the disk is low:
+ * bounded, so that forgets arriving as fast as they are freed cannot hold
+ * off the batch's commit. */
+#define FORGET_BURST_SLICES 4096
 size_t ws_forget_queued(ntfs_store *st);
 /* The reserve is held in LMDB's file (store.c, reserve_hold). Lock held. */
 bool store_reserve_held(ntfs_store *st);

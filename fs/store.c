@@ -302,7 +302,7 @@ static int forgets_due(ntfs_store *st, unsigned *seen) {
         bool busy = taken - *seen > FORGET_BUSY_ENTRIES;
         *seen = taken;
         if (st->low_space || ws_forget_queued(st) >= FORGET_DEFER_MAX)
-                return 4096;
+                return FORGET_BURST_SLICES;
         return busy ? 0 : FORGET_QUIET_SLICES;
 }
 
