@@ -291,19 +291,37 @@ static void yield_to_waiters(ntfs_store *st) {
         pthread_mutex_lock(&st->lock);
 }
 
-/* Whether the flusher frees queued forgets now (lock held): when the store
- * was quiet since its last wake-up, when the queues are long, or when the
- * disk is low (freed pages are room for new ones). An `rm -rf` sends a
- * FORGET for every UNLINK; freeing them meanwhile takes the store lock and
- * a CPU from the requests, so it waits for the pause after the burst
- * (docs/store.md, "Forgets are queued"). */
-static int forgets_due(ntfs_store *st, unsigned *seen) {
+/* Whether the store was quiet since the flusher's last wake-up, 50 ms
+ * before: at most FORGET_BUSY_ENTRIES store_enter() calls (lock held). */
+static bool store_was_quiet(ntfs_store *st, unsigned *seen) {
         unsigned taken = atomic_load_explicit(&st->lock_taken, memory_order_relaxed);
-        bool busy = taken - *seen > FORGET_BUSY_ENTRIES;
+        bool quiet = taken - *seen <= FORGET_BUSY_ENTRIES;
         *seen = taken;
+        return quiet;
+}
+
+/* How many slices of queued forgets the flusher frees now (lock held):
+ * a few when the store was quiet, many when the queues are long or the
+ * disk is low (freed pages are room for new ones), none otherwise. An
+ * `rm -rf` sends a FORGET for every UNLINK; freeing them meanwhile takes
+ * the store lock and a CPU from the requests, so it waits for the pause
+ * after the burst (docs/store.md, "Forgets are queued"). */
+static int forgets_due(ntfs_store *st, bool quiet) {
         if (st->low_space || ws_forget_queued(st) >= FORGET_DEFER_MAX)
                 return FORGET_BURST_SLICES;
-        return busy ? 0 : FORGET_QUIET_SLICES;
+        return quiet ? FORGET_QUIET_SLICES : 0;
+}
+
+/* Whether the flusher commits the batch now (lock held): when it is
+ * NTFS_STORE_FLUSH_MS old, or NTFS_STORE_QUIET_FLUSH_MS old and the store
+ * was quiet. A burst's last batch (the end of an untar, a git commit) is
+ * then written while nothing waits for the lock, not in the middle of
+ * the next command (docs/store.md, "The batch transaction"). */
+static bool commit_due(ntfs_store *st, bool quiet, int64_t now) {
+        if (!st->txn)
+                return false;
+        int64_t age = now - st->txn_started;
+        return age > NTFS_STORE_FLUSH_MS * 1000000LL || (quiet && age > NTFS_STORE_QUIET_FLUSH_MS * 1000000LL);
 }
 
 static void *flusher_main(void *arg) {
@@ -324,17 +342,18 @@ static void *flusher_main(void *arg) {
                 /* a slice at a time, letting requests in between; bounded,
                  * so that forgets arriving as fast as they are freed cannot
                  * keep the batch from its commit */
-                int slices = forgets_due(st, &seen);
+                bool quiet = store_was_quiet(st, &seen);
+                int slices = forgets_due(st, quiet);
                 for (int i = 0; i < slices && ws_forget_drain_all(st) && !st->stopping; i++)
                         yield_to_waiters(st);
                 if (st->stopping)
                         break;
                 int64_t now = ntfs_mono_ns();
-                if (st->txn && now - st->txn_started > NTFS_STORE_FLUSH_MS * 1000000LL) {
+                if (commit_due(st, quiet, now)) {
+                        int64_t started = st->txn_started;
                         st->datasync_at = now;
                         wsdata_presync_unlocked(st, false);
-                        if (!st->txn || st->stopping ||
-                            ntfs_mono_ns() - st->txn_started <= NTFS_STORE_FLUSH_MS * 1000000LL)
+                        if (!st->txn || st->stopping || st->txn_started != started)
                                 continue; /* committed meanwhile */
                         int r = store_commit_locked(st, false);
                         if (r < 0)

@@ -1290,10 +1290,29 @@ static size_t batch_now(ntfs_store *st, size_t *unsynced) {
         return id;
 }
 
-/* The flusher commits the batch when it is NTFS_STORE_FLUSH_MS old, and
- * syncs the data files' new bytes every NTFS_STORE_DATASYNC_MS in between:
- * a new slot's bytes are on the disk well before the batch that names
- * them commits. */
+/* A thread that keeps the store busy (getattr in a loop), as a burst of
+ * FUSE requests does. */
+struct busy_arg {
+        ntfs_ws *ws;
+        uint64_t ino;
+        atomic_bool stop;
+        atomic_ulong calls;
+};
+
+static void *busy_main(void *p) {
+        struct busy_arg *b = p;
+        struct ntfs_attr a;
+        while (!atomic_load(&b->stop)) {
+                if (ntfs_ws_getattr(b->ws, b->ino, &a) == 0)
+                        atomic_fetch_add(&b->calls, 1);
+        }
+        return NULL;
+}
+
+/* The flusher commits a busy store's batch when it is NTFS_STORE_FLUSH_MS
+ * old, and syncs the data files' new bytes every NTFS_STORE_DATASYNC_MS in
+ * between: a new slot's bytes are on the disk well before the batch that
+ * names them commits. */
 TEST(flusher_syncs_data_between_commits) {
         static uint8_t x[8192];
         fill(x, sizeof x, 5);
@@ -1305,6 +1324,10 @@ TEST(flusher_syncs_data_between_commits) {
         ASSERT_OK(ntfs_ws_open(st, "s", &ws));
         uint64_t f = mkfile(ws, NTFS_ROOT_INO, "f", "");
         ASSERT_EQ(ntfs_ws_write(ws, f, x, sizeof x, 0, false), (long)sizeof x);
+        /* requests all along: only the NTFS_STORE_FLUSH_MS rule commits */
+        struct busy_arg busy = { .ws = ws, .ino = f };
+        pthread_t th;
+        ASSERT_EQ(pthread_create(&th, NULL, busy_main, &busy), 0);
         size_t unsynced, txn0 = batch_now(st, &unsynced), txn = txn0;
         ASSERT_EQ(unsynced, 1u);
         while (unsynced && txn == txn0 && ntfs_mono_ns() - t0 < 5000 * 1000000LL) {
@@ -1320,8 +1343,46 @@ TEST(flusher_syncs_data_between_commits) {
                 nanosleep(&(struct timespec){ .tv_nsec = 5 * 1000000L }, NULL);
                 txn = batch_now(st, &unsynced);
         }
+        took = ntfs_mono_ns() - t0;
+        atomic_store(&busy.stop, true);
+        pthread_join(th, NULL);
+        ASSERT(atomic_load(&busy.calls) > 1000); /* it was busy all along */
         ASSERT(txn != txn0);
-        ASSERT(ntfs_mono_ns() - t0 >= NTFS_STORE_FLUSH_MS * 1000000LL);
+        ASSERT(took >= NTFS_STORE_FLUSH_MS * 1000000LL);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+/* A quiet store's batch is committed once it is NTFS_STORE_QUIET_FLUSH_MS
+ * old, not NTFS_STORE_FLUSH_MS: the end of a burst is written in the pause
+ * after it, not in the middle of the next command. */
+TEST(quiet_store_commits_its_batch_sooner) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL)); /* durable: no batch open */
+        int64_t t0 = ntfs_mono_ns();
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        mkfile(ws, NTFS_ROOT_INO, "f", "quiet");
+        size_t unsynced, txn0 = batch_now(st, &unsynced), txn = txn0;
+        /* a look every 10 ms: 5 store entries per wake-up, still quiet */
+        while (txn == txn0 && ntfs_mono_ns() - t0 < 5000 * 1000000LL) {
+                nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000000L }, NULL);
+                txn = batch_now(st, &unsynced);
+        }
+        int64_t took = ntfs_mono_ns() - t0;
+        ASSERT(txn != txn0);
+        ASSERT(took >= NTFS_STORE_QUIET_FLUSH_MS * 1000000LL);
+        ASSERT(took < NTFS_STORE_FLUSH_MS * 1000000LL);
+        /* what it committed is there after a reopen without a flush */
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        st = open_store();
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        struct ntfs_attr a;
+        ASSERT_OK(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "f", &a));
+        ASSERT_EQ(a.size, 5);
         ntfs_ws_close(ws);
         ntfs_store_close(st);
         rm_rf(tmpdir);
@@ -2136,25 +2197,6 @@ TEST(forget_queue_frees_unlinked_inodes) {
         rm_rf(tmpdir);
 }
 
-/* A thread that keeps the store busy (getattr in a loop), as a burst of
- * FUSE requests does. */
-struct busy_arg {
-        ntfs_ws *ws;
-        uint64_t ino;
-        atomic_bool stop;
-        atomic_ulong calls;
-};
-
-static void *busy_main(void *p) {
-        struct busy_arg *b = p;
-        struct ntfs_attr a;
-        while (!atomic_load(&b->stop)) {
-                if (ntfs_ws_getattr(b->ws, b->ino, &a) == 0)
-                        atomic_fetch_add(&b->calls, 1);
-        }
-        return NULL;
-}
-
 /* Polls getattr of ino until it answers ESTALE (freed), for at most ms. */
 static int wait_freed(ntfs_ws *ws, uint64_t ino, int ms) {
         struct ntfs_attr a;
@@ -2523,6 +2565,7 @@ int main(void) {
         RUN(crash_points);
         RUN(commits_sync_the_bytes_they_name);
         RUN(flusher_syncs_data_between_commits);
+        RUN(quiet_store_commits_its_batch_sooner);
         RUN(inode_numbers_in_directory_blocks);
         RUN(working_data_files);
         RUN(store_layout_upgrade);
