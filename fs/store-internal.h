@@ -292,14 +292,15 @@ int store_txn_begin(ntfs_store *st);
 size_t ws_forget_drain_all(ntfs_store *st);
 /* Queued forgets over all handles (lock held). A handle queues at most
  * FORGET_QUEUE_MAX (2 MiB of inode numbers; beyond, ntfs_ws_forget frees
- * at once). While the store is busy (more than FORGET_BUSY_ENTRIES
+ * at once). While the store is busy (more than STORE_BUSY_ENTRIES
  * store_enter() calls between two of the flusher's wake-ups, 50 ms apart)
  * the flusher leaves the queues alone until they hold FORGET_DEFER_MAX in
  * all or the disk is low; a quiet store frees FORGET_QUIET_SLICES per
- * wake-up (store.c, forgets_due). */
+ * wake-up (store.c, forgets_due); the first quiet wake-up after a busy one
+ * commits the batch sooner (commit_due, NTFS_STORE_QUIET_FLUSH_MS). */
 #define FORGET_QUEUE_MAX 262144
 #define FORGET_DEFER_MAX (FORGET_QUEUE_MAX / 2)
-#define FORGET_BUSY_ENTRIES 64u
+#define STORE_BUSY_ENTRIES 64u
 /* Slices freed per wake-up of a quiet store: ~1.5 ms of work every 50 ms,
  * so that what a burst left queued does not take a CPU from whatever runs
  * next (a quiet store is not an idle machine). */

@@ -292,10 +292,10 @@ static void yield_to_waiters(ntfs_store *st) {
 }
 
 /* Whether the store was quiet since the flusher's last wake-up, 50 ms
- * before: at most FORGET_BUSY_ENTRIES store_enter() calls (lock held). */
+ * before: at most STORE_BUSY_ENTRIES store_enter() calls (lock held). */
 static bool store_was_quiet(ntfs_store *st, unsigned *seen) {
         unsigned taken = atomic_load_explicit(&st->lock_taken, memory_order_relaxed);
-        bool quiet = taken - *seen <= FORGET_BUSY_ENTRIES;
+        bool quiet = taken - *seen <= STORE_BUSY_ENTRIES;
         *seen = taken;
         return quiet;
 }
@@ -313,20 +313,34 @@ static int forgets_due(ntfs_store *st, bool quiet) {
 }
 
 /* Whether the flusher commits the batch now (lock held): when it is
- * NTFS_STORE_FLUSH_MS old, or NTFS_STORE_QUIET_FLUSH_MS old and the store
- * was quiet. A burst's last batch (the end of an untar, a git commit) is
- * then written while nothing waits for the lock, not in the middle of
- * the next command (docs/store.md, "The batch transaction"). */
-static bool commit_due(ntfs_store *st, bool quiet, int64_t now) {
-        if (!st->txn)
+ * NTFS_STORE_FLUSH_MS old, or at the end of a burst (the first quiet
+ * wake-up after a busy one, *burst set) once it is NTFS_STORE_QUIET_FLUSH_MS
+ * old. A burst's last batch (the end of an untar, a git commit) is then
+ * written while nothing waits for the lock, not in the middle of the next
+ * command. Later quiet batches (requests trickling in, queued forgets
+ * being freed) wait for the full second: committed every 250 ms, the same
+ * pages were rewritten four times as often (docs/store.md, "The batch
+ * transaction"). */
+static bool commit_due(ntfs_store *st, bool quiet, bool *burst, int64_t now) {
+        if (!quiet)
+                *burst = true;
+        if (!st->txn) {
+                if (quiet)
+                        *burst = false; /* its end was committed already */
                 return false;
+        }
         int64_t age = now - st->txn_started;
-        return age > NTFS_STORE_FLUSH_MS * 1000000LL || (quiet && age > NTFS_STORE_QUIET_FLUSH_MS * 1000000LL);
+        bool due = age > NTFS_STORE_FLUSH_MS * 1000000LL ||
+                   (quiet && *burst && age > NTFS_STORE_QUIET_FLUSH_MS * 1000000LL);
+        if (due && quiet)
+                *burst = false;
+        return due;
 }
 
 static void *flusher_main(void *arg) {
         ntfs_store *st = arg;
         unsigned seen = atomic_load_explicit(&st->lock_taken, memory_order_relaxed);
+        bool burst = false; /* a busy wake-up since the last quiet commit */
         pthread_mutex_lock(&st->lock);
         while (!st->stopping) {
                 struct timespec ts;
@@ -349,7 +363,7 @@ static void *flusher_main(void *arg) {
                 if (st->stopping)
                         break;
                 int64_t now = ntfs_mono_ns();
-                if (commit_due(st, quiet, now)) {
+                if (commit_due(st, quiet, &burst, now)) {
                         int64_t started = st->txn_started;
                         st->datasync_at = now;
                         wsdata_presync_unlocked(st, false);

@@ -50,10 +50,10 @@ typedef struct {
  * changes. 1 s against 200 ms: rm -rf of the benchmark's tree with its
  * .git ~5% faster, median of 18 rounds (docs/bench-fs.md, session 25). */
 #define NTFS_STORE_FLUSH_MS 1000
-/* A batch this old is committed sooner when the store was quiet for one of
- * the flusher's wake-ups (50 ms): the end of a burst is written at once,
- * while nothing waits for the lock, and not in the middle of the next
- * command; at most ~4 commits a second while requests trickle in. */
+/* At the end of a burst of requests (the flusher's first quiet wake-up,
+ * 50 ms, after a busy one) a batch this old is committed at once: it is
+ * written while nothing waits for the lock, not in the middle of the next
+ * command. */
 #define NTFS_STORE_QUIET_FLUSH_MS 250
 /* Between two commits the flusher syncs the working data files' new bytes
  * (off the store lock) at this pace, so that a stream of writes is written

@@ -1354,25 +1354,48 @@ TEST(flusher_syncs_data_between_commits) {
         rm_rf(tmpdir);
 }
 
-/* A quiet store's batch is committed once it is NTFS_STORE_QUIET_FLUSH_MS
- * old, not NTFS_STORE_FLUSH_MS: the end of a burst is written in the pause
- * after it, not in the middle of the next command. */
-TEST(quiet_store_commits_its_batch_sooner) {
+/* The txn id of the batch and when it started (0, 0 when none is open). */
+static size_t batch_peek(ntfs_store *st, int64_t *started) {
+        pthread_mutex_lock(&st->lock);
+        size_t id = st->txn ? mdb_txn_id(st->txn) : 0;
+        *started = st->txn ? st->txn_started : 0;
+        pthread_mutex_unlock(&st->lock);
+        return id;
+}
+
+/* Polls until the batch open now is committed, for at most 5 s; returns
+ * how long after its start that happened (ns). */
+static int64_t wait_batch_committed(ntfs_store *st) {
+        int64_t started;
+        size_t txn0 = batch_peek(st, &started);
+        ASSERT(txn0 != 0);
+        int64_t s0 = started;
+        while (batch_peek(st, &started) == txn0 && started == s0 && ntfs_mono_ns() - s0 < 5000 * 1000000LL)
+                nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000000L }, NULL);
+        ASSERT(batch_peek(st, &started) != txn0 || started != s0);
+        return ntfs_mono_ns() - s0;
+}
+
+/* At the end of a burst of requests the batch is committed once it is
+ * NTFS_STORE_QUIET_FLUSH_MS old, not NTFS_STORE_FLUSH_MS: written in the
+ * pause, not in the middle of the next command. A lone write in a quiet
+ * store (no burst before it) waits for the full second. */
+TEST(burst_end_is_committed_in_the_pause) {
         fresh_dir();
         ntfs_store *st = open_store();
         ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL)); /* durable: no batch open */
-        int64_t t0 = ntfs_mono_ns();
         ntfs_ws *ws;
         ASSERT_OK(ntfs_ws_open(st, "s", &ws));
-        mkfile(ws, NTFS_ROOT_INO, "f", "quiet");
-        size_t unsynced, txn0 = batch_now(st, &unsynced), txn = txn0;
-        /* a look every 10 ms: 5 store entries per wake-up, still quiet */
-        while (txn == txn0 && ntfs_mono_ns() - t0 < 5000 * 1000000LL) {
-                nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000000L }, NULL);
-                txn = batch_now(st, &unsynced);
-        }
-        int64_t took = ntfs_mono_ns() - t0;
-        ASSERT(txn != txn0);
+        uint64_t f = mkfile(ws, NTFS_ROOT_INO, "f", "burst");
+        /* a burst: getattr in a loop for 150 ms (three busy wake-ups) */
+        struct busy_arg busy = { .ws = ws, .ino = f };
+        pthread_t th;
+        ASSERT_EQ(pthread_create(&th, NULL, busy_main, &busy), 0);
+        nanosleep(&(struct timespec){ .tv_nsec = 150 * 1000000L }, NULL);
+        atomic_store(&busy.stop, true);
+        pthread_join(th, NULL);
+        ASSERT(atomic_load(&busy.calls) > 1000);
+        int64_t took = wait_batch_committed(st);
         ASSERT(took >= NTFS_STORE_QUIET_FLUSH_MS * 1000000LL);
         ASSERT(took < NTFS_STORE_FLUSH_MS * 1000000LL);
         /* what it committed is there after a reopen without a flush */
@@ -1383,6 +1406,11 @@ TEST(quiet_store_commits_its_batch_sooner) {
         struct ntfs_attr a;
         ASSERT_OK(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "f", &a));
         ASSERT_EQ(a.size, 5);
+        /* no burst: a lone write waits for the 1 s rule */
+        nanosleep(&(struct timespec){ .tv_nsec = 120 * 1000000L }, NULL);
+        mkfile(ws, NTFS_ROOT_INO, "g", "lone");
+        took = wait_batch_committed(st);
+        ASSERT(took >= NTFS_STORE_FLUSH_MS * 1000000LL);
         ntfs_ws_close(ws);
         ntfs_store_close(st);
         rm_rf(tmpdir);
@@ -2565,7 +2593,7 @@ int main(void) {
         RUN(crash_points);
         RUN(commits_sync_the_bytes_they_name);
         RUN(flusher_syncs_data_between_commits);
-        RUN(quiet_store_commits_its_batch_sooner);
+        RUN(burst_end_is_committed_in_the_pause);
         RUN(inode_numbers_in_directory_blocks);
         RUN(working_data_files);
         RUN(store_layout_upgrade);
