@@ -318,9 +318,9 @@ static int forgets_due(ntfs_store *st, bool quiet) {
  * old. A burst's last batch (the end of an untar, a git commit) is then
  * written while nothing waits for the lock, not in the middle of the next
  * command. Later quiet batches (requests trickling in, queued forgets
- * being freed) wait for the full second: committed every 250 ms, the same
- * pages were rewritten four times as often (docs/store.md, "The batch
- * transaction"). */
+ * being freed) wait for the full second: committed every 250 ms, they
+ * made up to four times as many commits, and the daemon's CPU during the
+ * benchmark's make rose (docs/store.md, "The batch transaction"). */
 static bool commit_due(ntfs_store *st, bool quiet, bool *burst, int64_t now) {
         if (!quiet)
                 *burst = true;
