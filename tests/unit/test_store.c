@@ -1381,11 +1381,8 @@ static int64_t wait_batch_committed(ntfs_store *st) {
  * pause, not in the middle of the next command. A lone write in a quiet
  * store (no burst before it) waits for the full second. */
 TEST(burst_end_is_committed_in_the_pause) {
-        fresh_dir();
-        ntfs_store *st = open_store();
-        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL)); /* durable: no batch open */
-        ntfs_ws *ws;
-        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        ntfs_store *st;
+        ntfs_ws *ws = flusher_session(&st);
         uint64_t f = mkfile(ws, NTFS_ROOT_INO, "f", "burst");
         /* a burst: getattr in a loop for 150 ms (three busy wake-ups) */
         struct busy_arg busy = { .ws = ws, .ino = f };
