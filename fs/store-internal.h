@@ -292,23 +292,17 @@ int store_txn_begin(ntfs_store *st);
 size_t ws_forget_drain_all(ntfs_store *st);
 /* Queued forgets over all handles (lock held). A handle queues at most
  * FORGET_QUEUE_MAX (2 MiB of inode numbers; beyond, ntfs_ws_forget frees
- * at once). While the store is busy (more than STORE_BUSY_ENTRIES
- * store_enter() calls between two of the flusher's wake-ups, 50 ms apart)
- * the flusher leaves the queues alone until they hold FORGET_DEFER_MAX in
- * all or the disk is low; a quiet store frees FORGET_QUIET_SLICES per
- * wake-up (store.c, forgets_due); the first quiet wake-up after a busy one
- * commits the batch sooner (commit_due, NTFS_STORE_QUIET_FLUSH_MS). */
+ * at once). The flusher frees what is queued at each of its wake-ups,
+ * 50 ms apart, up to FORGET_WAKE_SLICES (store.c, flusher_main): bounded,
+ * so that forgets arriving as fast as they are freed cannot hold off the
+ * batch's commit. */
 #define FORGET_QUEUE_MAX 262144
-#define FORGET_DEFER_MAX (FORGET_QUEUE_MAX / 2)
+#define FORGET_WAKE_SLICES 4096
+/* A store is busy while more than STORE_BUSY_ENTRIES store_enter() calls
+ * come between two of the flusher's wake-ups; the first quiet wake-up after
+ * a busy one commits the batch sooner (store.c, commit_due,
+ * NTFS_STORE_QUIET_FLUSH_MS). */
 #define STORE_BUSY_ENTRIES 64u
-/* Slices freed per wake-up of a quiet store: ~1.5 ms of work every 50 ms,
- * so that what a burst left queued does not take a CPU from whatever runs
- * next (a quiet store is not an idle machine). */
-#define FORGET_QUIET_SLICES 16
-/* Slices freed per wake-up when the queues are long or the disk is low:
- * bounded, so that forgets arriving as fast as they are freed cannot hold
- * off the batch's commit. */
-#define FORGET_BURST_SLICES 4096
 size_t ws_forget_queued(ntfs_store *st);
 /* The reserve is held in LMDB's file (store.c, reserve_hold). Lock held. */
 bool store_reserve_held(ntfs_store *st);

@@ -300,18 +300,6 @@ static bool store_was_quiet(ntfs_store *st, unsigned *seen) {
         return quiet;
 }
 
-/* How many slices of queued forgets the flusher frees now (lock held):
- * a few when the store was quiet, many when the queues are long or the
- * disk is low (freed pages are room for new ones), none otherwise. An
- * `rm -rf` sends a FORGET for every UNLINK; freeing them meanwhile takes
- * the store lock and a CPU from the requests, so it waits for the pause
- * after the burst (docs/store.md, "Forgets are queued"). */
-static int forgets_due(ntfs_store *st, bool quiet) {
-        if (st->low_space || ws_forget_queued(st) >= FORGET_DEFER_MAX)
-                return FORGET_BURST_SLICES;
-        return quiet ? FORGET_QUIET_SLICES : 0;
-}
-
 /* Whether the flusher commits the batch now (lock held): when it is
  * NTFS_STORE_FLUSH_MS old, or at the end of a burst (the first quiet
  * wake-up after a busy one, *burst set) once it is NTFS_STORE_QUIET_FLUSH_MS
@@ -353,12 +341,14 @@ static void *flusher_main(void *arg) {
                 pthread_cond_timedwait(&st->cond, &st->lock, &ts);
                 if (st->stopping)
                         break;
-                /* a slice at a time, letting requests in between; bounded,
-                 * so that forgets arriving as fast as they are freed cannot
-                 * keep the batch from its commit */
+                /* Queued forgets, a slice at a time, letting requests in
+                 * between. Freed now, while the unlinks that orphaned them
+                 * are in the batch, not left for a pause: freed after its
+                 * commit, an rm -rf's forgets cost the daemon twice the
+                 * CPU, and the next command paid for them (docs/store.md,
+                 * "Forgets are queued"). */
                 bool quiet = store_was_quiet(st, &seen);
-                int slices = forgets_due(st, quiet);
-                for (int i = 0; i < slices && ws_forget_drain_all(st) && !st->stopping; i++)
+                for (int i = 0; i < FORGET_WAKE_SLICES && ws_forget_drain_all(st) && !st->stopping; i++)
                         yield_to_waiters(st);
                 if (st->stopping)
                         break;

@@ -2222,102 +2222,61 @@ TEST(forget_queue_frees_unlinked_inodes) {
         rm_rf(tmpdir);
 }
 
-/* Polls getattr of ino until it answers ESTALE (freed), for at most ms. */
-static int wait_freed(ntfs_ws *ws, uint64_t ino, int ms) {
-        struct ntfs_attr a;
-        int r = 0;
-        for (int i = 0; i < ms / 10 && (r = ntfs_ws_getattr(ws, ino, &a)) == 0; i++)
-                nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000000L }, NULL);
-        return r;
-}
-
-/* While requests keep the store busy, the flusher leaves queued forgets
- * alone (an rm -rf sends one per file: freeing them would take the lock
- * and a CPU from the requests) and frees them in the pause after; unless
- * the disk is low, or the queues long (FORGET_DEFER_MAX). */
-TEST(queued_forgets_wait_for_a_quiet_store) {
-        ntfs_store *st;
-        ntfs_ws *ws = flusher_session(&st);
-        uint64_t kept = mkfile(ws, NTFS_ROOT_INO, "kept", "k");
-        uint64_t a = mkfile(ws, NTFS_ROOT_INO, "a", "aa");
-        uint64_t b = mkfile(ws, NTFS_ROOT_INO, "b", "bb");
-        ASSERT_OK(ntfs_ws_unlink(ws, NTFS_ROOT_INO, "a"));
-        ASSERT_OK(ntfs_ws_unlink(ws, NTFS_ROOT_INO, "b"));
-        struct busy_arg busy = { .ws = ws, .ino = kept };
-        pthread_t th;
-        ASSERT_EQ(pthread_create(&th, NULL, busy_main, &busy), 0);
-        nanosleep(&(struct timespec){ .tv_nsec = 120 * 1000000L }, NULL);
-        ntfs_ws_forget(ws, a);
-        /* six of the flusher's wake-ups, all busy: a stays queued, unfreed */
-        nanosleep(&(struct timespec){ .tv_nsec = 300 * 1000000L }, NULL);
-        struct ntfs_attr at;
-        int r = ntfs_ws_getattr(ws, a, &at);
-        unsigned long calls = atomic_load(&busy.calls);
-        atomic_store(&busy.stop, true);
-        pthread_join(th, NULL);
-        ASSERT(calls > 1000); /* it was busy: thousands of calls, not 64 per 50 ms */
-        ASSERT_OK(r);
-        ASSERT_EQ(at.nlink, 0);
-        /* quiet now: freed at the next wake-up */
-        ASSERT_ERR(wait_freed(ws, a, 2000), -ESTALE);
-        /* busy again, but the disk is low: freed at once */
-        atomic_store(&busy.stop, false);
-        ASSERT_EQ(pthread_create(&th, NULL, busy_main, &busy), 0);
-        pthread_mutex_lock(&st->lock);
-        st->low_space = true;
-        pthread_mutex_unlock(&st->lock);
-        ntfs_ws_forget(ws, b);
-        r = wait_freed(ws, b, 2000);
-        atomic_store(&busy.stop, true);
-        pthread_join(th, NULL);
-        pthread_mutex_lock(&st->lock);
-        st->low_space = false;
-        pthread_mutex_unlock(&st->lock);
-        ASSERT_ERR(r, -ESTALE);
-        ASSERT_OK(ntfs_ws_getattr(ws, kept, &at));
-        ASSERT_EQ(at.nlink, 1);
-        fsck_clean(st);
-        ntfs_ws_close(ws);
-        ntfs_store_close(st);
-        rm_rf(tmpdir);
-}
-
-/* What a burst left queued is freed at a trickle while the store is quiet:
- * at most FORGET_QUIET_SLICES slices per wake-up of the flusher (50 ms
- * apart), so that it never takes a CPU from whatever runs next. */
-TEST(quiet_store_frees_queued_forgets_at_a_trickle) {
-        ntfs_store *st;
-        ntfs_ws *ws = flusher_session(&st);
-        enum { PER_WAKE = FORGET_QUIET_SLICES * FORGET_SLICE, N = 3 * PER_WAKE + 7 };
-        static uint64_t inos[N];
+/* Makes n files in ws's root and unlinks them: orphans, numbers in inos. */
+static void make_orphans(ntfs_ws *ws, uint64_t *inos, int n) {
         char name[32];
-        for (int i = 0; i < N; i++) {
+        for (int i = 0; i < n; i++) {
                 snprintf(name, sizeof name, "f%d", i);
                 inos[i] = mkfile(ws, NTFS_ROOT_INO, name, "x");
                 ASSERT_OK(ntfs_ws_unlink(ws, NTFS_ROOT_INO, name));
         }
-        /* all queued at once (under the lock, so no wake-up sees half) */
-        pthread_mutex_lock(&st->lock);
+}
+
+/* ws's queued forgets, read under its queue's lock only: a waiter for the
+ * store lock would make the flusher stop between slices. */
+static size_t queued_now(ntfs_ws *ws) {
+        pthread_mutex_lock(&ws->fq_lock);
+        size_t n = ws->fq_n;
+        pthread_mutex_unlock(&ws->fq_lock);
+        return n;
+}
+
+/* Queued forgets are freed at the flusher's next wake-up even while
+ * requests keep the store busy (an rm -rf is one UNLINK and one FORGET per
+ * file): their pages are still in the batch the unlinks dirtied. Left for
+ * the pause after the burst, an rm -rf's forgets were freed during the
+ * next command at twice the cost (docs/store.md, "Forgets are queued"). */
+TEST(queued_forgets_are_freed_while_busy) {
+        ntfs_store *st;
+        ntfs_ws *ws = flusher_session(&st);
+        enum { N = 2048 };
+        static uint64_t inos[N];
+        uint64_t kept = mkfile(ws, NTFS_ROOT_INO, "kept", "k");
+        make_orphans(ws, inos, N);
+        struct busy_arg busy = { .ws = ws, .ino = kept };
+        pthread_t th;
+        ASSERT_EQ(pthread_create(&th, NULL, busy_main, &busy), 0);
+        nanosleep(&(struct timespec){ .tv_nsec = 120 * 1000000L }, NULL);
+        /* busy: thousands of calls in 120 ms, not 64 per 50 ms */
+        unsigned long warm = atomic_load(&busy.calls);
+        pthread_mutex_lock(&st->lock); /* all queued at once */
         for (int i = 0; i < N; i++)
                 ntfs_ws_forget(ws, inos[i]);
         pthread_mutex_unlock(&st->lock);
-        size_t prev = N, biggest = 0;
-        int polls = 0;
-        for (; polls < 400 && prev > 0; polls++) {
-                nanosleep(&(struct timespec){ .tv_nsec = 5 * 1000000L }, NULL);
-                pthread_mutex_lock(&st->lock);
-                size_t now = ws_forget_queued(st);
-                pthread_mutex_unlock(&st->lock);
-                if (prev - now > biggest)
-                        biggest = prev - now;
-                prev = now;
+        size_t left = N;
+        for (int polls = 0; polls < 1000 && left > 0; polls++) {
+                nanosleep(&(struct timespec){ .tv_nsec = 1000000L }, NULL);
+                left = queued_now(ws);
         }
-        ASSERT_EQ(prev, 0u);             /* all freed, within 2 s */
-        ASSERT(biggest <= PER_WAKE);     /* never more than a trickle at once */
-        ASSERT(biggest >= FORGET_SLICE); /* and whole slices */
+        atomic_store(&busy.stop, true); /* only now */
+        pthread_join(th, NULL);
+        ASSERT(warm > 1000);
+        ASSERT_EQ(left, 0u); /* all freed within a second, while busy */
         struct ntfs_attr a;
         ASSERT_ERR(ntfs_ws_getattr(ws, inos[0], &a), -ESTALE);
         ASSERT_ERR(ntfs_ws_getattr(ws, inos[N - 1], &a), -ESTALE);
+        ASSERT_OK(ntfs_ws_getattr(ws, kept, &a));
+        ASSERT_EQ(a.nlink, 1);
         fsck_clean(st);
         ntfs_ws_close(ws);
         ntfs_store_close(st);
@@ -2581,8 +2540,7 @@ int main(void) {
         RUN(aborted_batch_drops_cached_records);
         RUN(failed_writes_give_their_slots_back);
         RUN(forget_queue_frees_unlinked_inodes);
-        RUN(queued_forgets_wait_for_a_quiet_store);
-        RUN(quiet_store_frees_queued_forgets_at_a_trickle);
+        RUN(queued_forgets_are_freed_while_busy);
         RUN(queued_forgets_are_freed_a_slice_at_a_time);
         RUN(orphan_of_a_dead_process_is_purged);
         RUN(second_handle_shares_the_session);
