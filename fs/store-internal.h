@@ -285,14 +285,13 @@ void store_settle_locked(ntfs_store *st);
 int store_txn_begin(ntfs_store *st);
 /* Frees the unlinked inodes among one slice of the handles' queued forgets,
  * all handles together (lock held, batch open; ws.c, called by the
- * flusher); returns how many are still queued. A slice is what the flusher frees per hold of the
- * store lock: each forget takes a few microseconds, and a FUSE request
- * that wants the lock waits for the whole slice. */
+ * flusher); returns how many are still queued. A slice is what the flusher
+ * frees per hold of the store lock: each forget takes a few microseconds,
+ * and a FUSE request that wants the lock waits for the whole slice. */
 #define FORGET_SLICE 32
 size_t ws_forget_drain_all(ntfs_store *st);
-/* Queued forgets over all handles (lock held). A handle queues at most
- * FORGET_QUEUE_MAX (2 MiB of inode numbers; beyond, ntfs_ws_forget frees
- * at once). The flusher frees what is queued at each of its wake-ups,
+/* A handle queues at most FORGET_QUEUE_MAX (2 MiB of inode numbers;
+ * beyond, ntfs_ws_forget frees at once). The flusher frees what is queued at each of its wake-ups,
  * 50 ms apart, up to FORGET_WAKE_SLICES (store.c, flusher_main): bounded,
  * so that forgets arriving as fast as they are freed cannot hold off the
  * batch's commit. */
@@ -303,7 +302,6 @@ size_t ws_forget_drain_all(ntfs_store *st);
  * a busy one commits the batch sooner (store.c, commit_due,
  * NTFS_STORE_QUIET_FLUSH_MS). */
 #define STORE_BUSY_ENTRIES 64u
-size_t ws_forget_queued(ntfs_store *st);
 /* The reserve is held in LMDB's file (store.c, reserve_hold). Lock held. */
 bool store_reserve_held(ntfs_store *st);
 /* Runs invalidate callbacks that a rollback queued (call without the lock). */

@@ -2100,7 +2100,8 @@ static size_t forget_drain(ntfs_ws *ws, size_t *budget) {
         return r < 0 ? 0 : left;
 }
 
-size_t ws_forget_queued(ntfs_store *st) {
+/* Queued forgets over all handles (store lock held). */
+static size_t ws_forget_queued(ntfs_store *st) {
         size_t n = 0;
         for (ntfs_ws *w = st->wss; w; w = w->next) {
                 pthread_mutex_lock(&w->fq_lock);
