@@ -8,7 +8,8 @@
   gencproj DIR NFILES        write a C project of NFILES .c files + Makefile
   fio JSONFILE read|write bw|iops
                              print MB/s (bw) or IOPS from fio's JSON output
-  report TSV                 print the table of medians and ratios
+  report TSV                 print the table of medians and ratios, and with
+                             ntfs in it, issue 3's targets met or missed
 """
 import json
 import os
@@ -132,6 +133,52 @@ def report(tsv):
         print(line(r))
     print("\nmedian of %d run(s); ratios are value/value (for s, < 1 is faster; "
           "for MB/s and IOPS, > 1 is faster)" % runs)
+    if "ntfs" in present:
+        targets(vals, order, present)
+
+
+# Issue 3's targets: every timed (metadata, make) row within 1.1x of the
+# floor with ntfs's options, every row faster than fuse-overlayfs, sequential
+# read and write at least 0.8x native. A check is (workload, other target,
+# comparison of ntfs/other, bound).
+SEQ_ROWS = ("seq-write-1M", "seq-read-1M")
+COMPARE = {"<=": lambda r, b: r <= b, "<": lambda r, b: r < b, ">": lambda r, b: r > b,
+           ">=": lambda r, b: r >= b}
+
+
+def target_checks(order, present):
+    floor = "floorsame" if "floorsame" in present else "floor" if "floor" in present else None
+    for w in order:
+        higher = UNITS.get(w, ("s", False))[1]
+        if floor and not higher:
+            yield w, floor, "<=", 1.1
+        if "overlayfs" in present:
+            yield w, "overlayfs", ">" if higher else "<", 1.0
+        if "native" in present and w in SEQ_ROWS:
+            yield w, "native", ">=", 0.8
+
+
+def targets(vals, order, present):
+    """Prints each target, the ratio of the medians, and in how many runs the
+    ratio of that run's two figures met it: the targets take turns within a
+    run, so a run's pair saw the same moment of the machine. A ratio of
+    medians that misses while most runs' pairs meet it (or the reverse) is
+    this machine's noise more than a verdict."""
+    print("\ntargets: the ratio of the medians; runs: how many runs' own pairs met it")
+    met_all = checks = 0
+    for w, other, op, bound in target_checks(order, present):
+        a, b = vals.get((w, "ntfs"), []), vals.get((w, other), [])
+        if not a or not b or not statistics.median(b):
+            continue
+        r = statistics.median(a) / statistics.median(b)
+        pairs = [x / y for x, y in zip(a, b) if y]
+        good = sum(1 for q in pairs if COMPARE[op](round(q, 2), bound))
+        met = COMPARE[op](round(r, 2), bound)
+        checks += 1
+        met_all += met
+        print("  %-16s ntfs/%-9s %-2s %.1f  %5.2f  %-6s  runs %d/%d" %
+              (w, other, op, bound, r, "met" if met else "MISSED", good, len(pairs)))
+    print("targets met: %d of %d" % (met_all, checks))
 
 
 def main(argv):

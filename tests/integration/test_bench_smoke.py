@@ -73,3 +73,35 @@ def test_bench_archive_small(tmp_path):
         assert str(tmp_path) not in f.read()
     assert os.listdir(tmp_path) == []
     assert subprocess.run(["pgrep", "-f", "ntfsd --store " + str(tmp_path)]).returncode == 1
+
+
+def test_report_targets(tmp_path):
+    """The report's targets block judges each of issue 3's targets from the
+    medians and counts the runs whose own pair met it: a made-up table where
+    one target misses on the medians though one run met it, and the others
+    hold."""
+    raw = tmp_path / "raw.tsv"
+    rows = []
+    for run, (nat, ovl, same, ntfs) in enumerate([(400, 300, 1800, 900), (420, 310, 1700, 200),
+                                                  (410, 305, 1750, 250)], 1):
+        rows += ["native seq-write-1M %d %d" % (run, nat), "overlayfs seq-write-1M %d %d" % (run, ovl),
+                 "floorsame seq-write-1M %d %d" % (run, same), "ntfs seq-write-1M %d %d" % (run, ntfs)]
+    for run, (ovl, same, ntfs) in enumerate([(13.0, 2.6, 2.9), (12.0, 2.7, 2.8), (14.0, 2.5, 2.6)], 1):
+        rows += ["overlayfs creates-20000 %d %s" % (run, ovl), "floorsame creates-20000 %d %s" % (run, same),
+                 "ntfs creates-20000 %d %s" % (run, ntfs)]
+    raw.write_text("\n".join(rows) + "\n")
+    r = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tools", "bench-fs-helper.py"), "report", str(raw)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = {(m.group(1), m.group(2)): (float(m.group(3)), m.group(4), m.group(5))
+           for m in re.finditer(r"^  (\S+) +ntfs/(\S+) +\S+ +\S+ +(\d+\.\d+) +(met|MISSED) +runs (\d+/\d+)$",
+                                r.stdout, re.M)}
+    # seq write: medians 250 vs 410 native (0.61, missed; run 1 met), vs
+    # overlayfs 250 vs 305 (0.82, missed); no floor check on a throughput row
+    assert got[("seq-write-1M", "native")] == (0.61, "MISSED", "1/3"), r.stdout
+    assert got[("seq-write-1M", "overlayfs")] == (0.82, "MISSED", "1/3"), r.stdout
+    assert ("seq-write-1M", "floorsame") not in got, r.stdout
+    # creates: 2.8 vs 2.6 (1.08 <= 1.1; run 1's 1.12 missed), far under overlayfs
+    assert got[("creates-20000", "floorsame")] == (1.08, "met", "2/3"), r.stdout
+    assert got[("creates-20000", "overlayfs")] == (0.22, "met", "3/3"), r.stdout
+    assert "targets met: 2 of 4" in r.stdout, r.stdout
