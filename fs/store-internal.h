@@ -291,10 +291,10 @@ int store_txn_begin(ntfs_store *st);
 #define FORGET_SLICE 32
 size_t ws_forget_drain_all(ntfs_store *st);
 /* A handle queues at most FORGET_QUEUE_MAX (2 MiB of inode numbers;
- * beyond, ntfs_ws_forget frees at once). The flusher frees what is queued at each of its wake-ups,
- * 50 ms apart, up to FORGET_WAKE_SLICES (store.c, flusher_main): bounded,
- * so that forgets arriving as fast as they are freed cannot hold off the
- * batch's commit. */
+ * beyond, ntfs_ws_forget frees at once). The flusher frees what is queued
+ * at each of its wake-ups, 50 ms apart, up to FORGET_WAKE_SLICES (store.c,
+ * flusher_main): bounded, so that forgets arriving as fast as they are
+ * freed cannot hold off the batch's commit. */
 #define FORGET_QUEUE_MAX 262144
 #define FORGET_WAKE_SLICES 4096
 /* A store is busy while more than STORE_BUSY_ENTRIES store_enter() calls
