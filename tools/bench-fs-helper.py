@@ -12,6 +12,7 @@
                              ntfs in it, issue 3's targets met or missed
 """
 import json
+import operator
 import os
 import statistics
 import sys
@@ -136,7 +137,7 @@ def report(tsv):
     print("\nmedian of %d run(s); ratios are value/value (for s, < 1 is faster; "
           "for MB/s and IOPS, > 1 is faster)" % runs)
     if "ntfs" in present:
-        targets(vals, byrun, order, present)
+        targets(byrun, order, present)
 
 
 # Issue 3's targets: every timed (metadata, make) row within 1.1x of the
@@ -144,8 +145,7 @@ def report(tsv):
 # read and write at least 0.8x native. A check is (workload, other target,
 # comparison of ntfs/other, bound).
 SEQ_ROWS = ("seq-write-1M", "seq-read-1M")
-COMPARE = {"<=": lambda r, b: r <= b, "<": lambda r, b: r < b, ">": lambda r, b: r > b,
-           ">=": lambda r, b: r >= b}
+COMPARE = {"<=": operator.le, "<": operator.lt, ">": operator.gt, ">=": operator.ge}
 
 
 def target_checks(order, present):
@@ -160,7 +160,7 @@ def target_checks(order, present):
             yield w, "native", ">=", 0.8
 
 
-def targets(vals, byrun, order, present):
+def targets(byrun, order, present):
     """Prints each target, the ratio of the medians, and in how many runs the
     ratio of that run's two figures met it: the targets take turns within a
     run, so a run's pair saw the same moment of the machine. A ratio of
@@ -169,11 +169,10 @@ def targets(vals, byrun, order, present):
     print("\ntargets: the ratio of the medians; runs: how many runs' own pairs met it")
     met_all = checks = 0
     for w, other, op, bound in target_checks(order, present):
-        a, b = vals.get((w, "ntfs"), []), vals.get((w, other), [])
-        if not a or not b or not statistics.median(b):
+        ra, rb = byrun.get((w, "ntfs"), {}), byrun.get((w, other), {})
+        if not ra or not rb or not statistics.median(rb.values()):
             continue
-        r = statistics.median(a) / statistics.median(b)
-        ra, rb = byrun[(w, "ntfs")], byrun[(w, other)]
+        r = statistics.median(ra.values()) / statistics.median(rb.values())
         pairs = [ra[k] / rb[k] for k in ra if rb.get(k)]  # runs both have
         good = sum(1 for q in pairs if COMPARE[op](round(q, 2), bound))
         met = COMPARE[op](round(r, 2), bound)
