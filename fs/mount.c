@@ -629,9 +629,10 @@ static void op_init(void *ud, struct fuse_conn_info *conn) {
         /* Always readdirplus: one READDIRPLUS instead of READDIR + a LOOKUP
          * per entry (ls -l, find, du, git status). */
         conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS_AUTO;
-        /* Writeback cache off: measured slower for small files (a SETATTR
-         * per futimens) and it would make every checkpoint flush dirty
-         * pages first (docs/mount.md). */
+        /* Writeback cache off: every write() then reaches the store before
+         * it returns and gets its own EDQUOT/ENOSPC (with it on, the error
+         * would come at write-back, seen only by fsync), and a checkpoint
+         * needs no page flush. It costs compiles requests (docs/mount.md). */
         conn->want &= ~(unsigned)(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_ATOMIC_O_TRUNC);
         /* No splice: the store copies anyway. */
         conn->want &= ~(unsigned)(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
