@@ -8,7 +8,11 @@
 # Targets (BENCH_TARGETS, default "native tmpfs overlayfs floor floorsame ntfs"):
 #   native     a fresh directory on the root ext4 for every run
 #   tmpfs      a fresh tmpfs mount
-#   overlayfs  fuse-overlayfs, lower/upper/work on ext4
+#   overlayfs  fuse-overlayfs, lower/upper/work on ext4 (its default: the kernel's
+#              writeback cache on)
+#   overlayfs-wt  the same with writeback=0, write-through like ntfs and the
+#              floor (not in the default list; docs/bench-fs.md, "make against
+#              fuse-overlayfs")
 #   floor      tools/fusefloor, the FUSE floor (FLOOR_OPTS adds -o options)
 #   floorsame  the floor with the ntfs mount's FUSE options (default_permissions,
 #              nocreate, 86,400 s timeouts): the floor issue 3 holds ntfs to
@@ -35,7 +39,7 @@ QUICK=0
 for a in "$@"; do
         case $a in
         --quick) QUICK=1 ;;
-        -h | --help) sed -n '3,27p' "$0"; exit 0 ;;
+        -h | --help) sed -n '3,31p' "$0"; exit 0 ;;
         *) echo "bench-fs: unknown argument $a" >&2; exit 2 ;;
         esac
 done
@@ -137,9 +141,9 @@ mount_native() { :; }
 umount_native() { :; }
 mount_tmpfs() { mount -t tmpfs -o size=16g bench-tmpfs "$1"; MOUNTS+=("$1"); }
 umount_tmpfs() { umount "$1"; }
-mount_overlayfs() {
+mount_overlayfs() { # MNT BASE [EXTRA_OPTS]
         mkdir -p "$2/lower" "$2/upper" "$2/work"
-        fuse-overlayfs -f -o "lowerdir=$2/lower,upperdir=$2/upper,workdir=$2/work" "$1" &
+        fuse-overlayfs -f -o "lowerdir=$2/lower,upperdir=$2/upper,workdir=$2/work${3:+,$3}" "$1" &
         PIDS+=($!)
         MOUNTS+=("$1")
         wait_mounted "$1" $!
@@ -150,6 +154,8 @@ umount_fuse() { # the target's daemon is the last one started
         unset 'PIDS[-1]'
 }
 umount_overlayfs() { umount_fuse "$1"; }
+mount_overlayfs-wt() { mount_overlayfs "$1" "$2" writeback=0; }
+umount_overlayfs-wt() { umount_fuse "$1"; }
 mount_floor() { # MNT BASE [EXTRA_OPTS]
         # prealloc: fault the data memory in before the clock starts (fusefloor.c)
         local extra=${3:-${FLOOR_OPTS:-}}
@@ -273,7 +279,7 @@ meta_workloads() { # the metadata rows only (BENCH_META_ONLY=1: no fio, no make)
 read -r -a TLIST <<<"$TARGETS"
 for t in "${TLIST[@]}"; do
         case $t in
-        native | tmpfs | overlayfs | floor | floorsame) ;;
+        native | tmpfs | overlayfs | overlayfs-wt | floor | floorsame) ;;
         ntfs)
                 if [ -z "${NTFS_MOUNT_CMD:-}" ] && [ ! -x "$NTFS_FUSE" ]; then
                         log "note: ntfs skipped (no $NTFS_FUSE; set NTFS_BUILD, or NTFS_MOUNT_CMD and NTFS_UMOUNT_CMD)"

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
 """Smoke tests of the benchmark scripts themselves: tools/bench-fs.sh --quick on
-the floor, floorsame and native targets (the table must come out with a number
-in every measured cell), and tools/bench-archive.sh on a small tree. Times are
-never compared with anything."""
+the floor, floorsame, native and overlayfs-wt targets (the table must come out
+with a number in every measured cell), and tools/bench-archive.sh on a small
+tree. Times are never compared with anything."""
 import os
 import re
 import subprocess
@@ -21,7 +21,7 @@ def test_quick_table(tmp_path):
     floor = os.path.join(BUILD, "tools", "fusefloor")
     if not os.path.exists(floor):
         pytest.skip("no fusefloor at %s" % floor)
-    env = dict(os.environ, BENCH_TARGETS="floor floorsame native", NTFS_BUILD=BUILD,
+    env = dict(os.environ, BENCH_TARGETS="floor floorsame native overlayfs-wt", NTFS_BUILD=BUILD,
                BENCH_DIR=str(tmp_path), BENCH_CACHE=str(tmp_path / "cache"))
     env.pop("NTFS_MOUNT_CMD", None)
     r = subprocess.run([os.path.join(ROOT, "tools", "bench-fs.sh"), "--quick"], env=env,
@@ -29,7 +29,10 @@ def test_quick_table(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = [l for l in r.stdout.splitlines() if l.startswith("|")]
     head = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert head[:8] == ["workload", "unit", "native", "tmpfs", "overlayfs", "floor", "floorsame", "ntfs"]
+    # overlayfs-wt (fuse-overlayfs with writeback=0) has a column only when run
+    assert head[:9] == ["workload", "unit", "native", "tmpfs", "overlayfs", "overlayfs-wt", "floor", "floorsame",
+                        "ntfs"]
+    assert "ntfs/overlayfs-wt" in head
     rows = {}
     for l in lines[2:]:
         cells = [c.strip() for c in l.strip("|").split("|")]
@@ -37,10 +40,10 @@ def test_quick_table(tmp_path):
     assert sorted(rows) == sorted(WORKLOADS)
     num = re.compile(r"^\d+(\.\d+)?$")
     for w, row in rows.items():
-        for t in ("native", "floor", "floorsame", "floor/native"):
+        for t in ("native", "overlayfs-wt", "floor", "floorsame", "floor/native"):
             assert num.match(row[t]) and float(row[t]) > 0, (w, t, row[t])
         assert row["tmpfs"] == "skipped" and row["ntfs"] == "skipped"
-        assert row["ntfs/floor"] == "-" and row["ntfs/floorsame"] == "-"
+        assert row["ntfs/floor"] == "-" and row["ntfs/floorsame"] == "-" and row["ntfs/overlayfs-wt"] == "-"
     # nothing left mounted or running under the scratch dir
     with open("/proc/self/mounts") as f:
         assert str(tmp_path) not in f.read()
@@ -110,9 +113,19 @@ def test_report_targets(tmp_path):
     assert got[("creates-20000", "floorsame")] == (1.08, "met", "2/3"), r.stdout
     assert got[("creates-20000", "overlayfs")] == (0.22, "met", "3/3"), r.stdout
     assert "targets met: 2 of 4" in r.stdout, r.stdout
+    assert "overlayfs-wt" not in r.stdout, r.stdout  # not run: no column
     # pairs are matched by run: with the floor's run 1 missing, ntfs's runs
     # 2 and 3 meet it against the floor's 2 and 3 (in order, they would not)
     raw.write_text("ntfs creates-20000 1 2.0\nntfs creates-20000 2 3.0\nntfs creates-20000 3 2.0\n"
                    "floorsame creates-20000 2 3.0\nfloorsame creates-20000 3 2.0\n")
     r = helper_report(raw)
     assert re.search(r"^  creates-20000 +ntfs/floorsame +<= 1\.1 +0\.80 +met +runs 2/2$", r.stdout, re.M), r.stdout
+    # fuse-overlayfs with writeback=0, when run: a column and ntfs's ratio
+    # to it (median 4.0: 2.0/4.0), and no target of its own
+    raw.write_text("ntfs make-j2 1 2.0\noverlayfs make-j2 1 3.0\noverlayfs-wt make-j2 1 4.0\n")
+    r = helper_report(raw)
+    head = [c.strip() for c in r.stdout.splitlines()[0].strip("|").split("|")]
+    row = dict(zip(head, [c.strip() for c in r.stdout.splitlines()[2].strip("|").split("|")]))
+    assert row["overlayfs-wt"] == "4.00" and row["ntfs/overlayfs-wt"] == "0.50", r.stdout
+    assert row["ntfs/overlayfs"] == "0.67", r.stdout
+    assert "ntfs/overlayfs-wt" not in r.stdout.split("targets:")[1], r.stdout
