@@ -17,6 +17,15 @@ WORKLOADS = ["seq-write-1M", "seq-read-1M", "rand-read-4k", "rand-write-4k", "cr
              "make-j2"]
 
 
+def table(stdout):
+    """The report's table: its header cells, and each row's cells by header,
+    keyed by workload."""
+    lines = [l for l in stdout.splitlines() if l.startswith("|")]
+    cells = lambda l: [c.strip() for c in l.strip("|").split("|")]
+    head = cells(lines[0])
+    return head, {r[0]: dict(zip(head, r)) for r in map(cells, lines[2:])}
+
+
 def test_quick_table(tmp_path):
     floor = os.path.join(BUILD, "tools", "fusefloor")
     if not os.path.exists(floor):
@@ -27,16 +36,11 @@ def test_quick_table(tmp_path):
     r = subprocess.run([os.path.join(ROOT, "tools", "bench-fs.sh"), "--quick"], env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    lines = [l for l in r.stdout.splitlines() if l.startswith("|")]
-    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    head, rows = table(r.stdout)
     # overlayfs-wt (fuse-overlayfs with writeback=0) has a column only when run
     assert head[:9] == ["workload", "unit", "native", "tmpfs", "overlayfs", "overlayfs-wt", "floor", "floorsame",
                         "ntfs"]
     assert "ntfs/overlayfs-wt" in head
-    rows = {}
-    for l in lines[2:]:
-        cells = [c.strip() for c in l.strip("|").split("|")]
-        rows[cells[0]] = dict(zip(head, cells))
     assert sorted(rows) == sorted(WORKLOADS)
     num = re.compile(r"^\d+(\.\d+)?$")
     for w, row in rows.items():
@@ -124,8 +128,7 @@ def test_report_targets(tmp_path):
     # to it (median 4.0: 2.0/4.0), and no target of its own
     raw.write_text("ntfs make-j2 1 2.0\noverlayfs make-j2 1 3.0\noverlayfs-wt make-j2 1 4.0\n")
     r = helper_report(raw)
-    head = [c.strip() for c in r.stdout.splitlines()[0].strip("|").split("|")]
-    row = dict(zip(head, [c.strip() for c in r.stdout.splitlines()[2].strip("|").split("|")]))
+    row = table(r.stdout)[1]["make-j2"]
     assert row["overlayfs-wt"] == "4.00" and row["ntfs/overlayfs-wt"] == "0.50", r.stdout
     assert row["ntfs/overlayfs"] == "0.67", r.stdout
     assert "ntfs/overlayfs-wt" not in r.stdout.split("targets:")[1], r.stdout
