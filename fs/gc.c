@@ -161,7 +161,7 @@ static int push_roots(struct walk *w, const ntfs_hash *extra, size_t n_extra) {
                 MDB_dbi dbi;
                 int kind;
         } scans[] = { { st->sess, 0 }, { st->tags, 1 }, { st->reflog, 2 }, { st->ino, 3 } };
-        if ((r = sess_flush(st)) < 0)
+        if ((r = sess_flush(st)) < 0 || (r = ino_flush(st)) < 0) /* fsck does not commit first */
                 return r;
         for (size_t s = 0; s < ARRAY_SIZE(scans); s++) {
                 MDB_cursor *cur;

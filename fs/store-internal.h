@@ -135,10 +135,15 @@ enum {
 };
 
 /* The inode cache (struct ntfs_store.icache): a direct-mapped copy of
- * recent ino records, written through by ino_put (ws.c). */
+ * recent ino records. ino_put (ws.c) writes a record into its slot only
+ * ("pending"); the ino database gets it when the batch commits (ino_flush),
+ * or when another inode needs the slot. An untar's file gets five or six
+ * puts (create, the parent's times, write, three setattrs): one B-tree
+ * write instead (docs/store.md, "The inode cache"). */
 #define INO_CACHE_SLOTS 16384
 struct ino_cache_slot {
         uint64_t wsid, ino; /* ino 0: empty */
+        bool pending;       /* newer than the ino database's record */
         struct ino_rec rec;
 };
 
@@ -233,6 +238,10 @@ struct ntfs_store {
          * ws.c): every call reads several. Emptied when the batch is
          * aborted or a working state's records are deleted wholesale. */
         struct ino_cache_slot *icache;
+        /* The slots made pending since the last ino_flush (an index may be
+         * listed twice, or be no longer pending); INO_CACHE_SLOTS long. */
+        uint32_t *ipending;
+        size_t nipending;
         /* Directories' blocks of inode numbers (ino_alloc in ws.c); emptied
          * with icache: after an abort the session's counter is back
          * before them. */
@@ -335,6 +344,9 @@ int sess_flush(ntfs_store *st);
 /* Drops every cached copy of a batch record (session, inodes), with any
  * lazily kept session change: after an abort or a failed commit. */
 void store_caches_drop(ntfs_store *st);
+/* Writes the inode cache's pending records into the batch (ws.c): before a
+ * commit, and before anything reads the ino database other than ino_get. */
+int ino_flush(ntfs_store *st);
 /* name_hash(name, len) through the store's cache (lock held); _known
  * records a hash read from a directory entry. */
 uint64_t store_name_hash(ntfs_store *st, const char *name, size_t len);

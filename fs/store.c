@@ -143,6 +143,8 @@ int store_commit_locked(ntfs_store *st, bool durable) {
                 if (st->txn_broken)
                         r = -EIO;
                 if (r == 0)
+                        r = ino_flush(st);
+                if (r == 0)
                         r = sess_flush(st);
                 if (r == 0)
                         r = NTFS_FAULT("store.commit");
@@ -483,8 +485,11 @@ int commit_load(ntfs_store *st, const ntfs_hash *id, struct commit_obj *ret) {
 /* ---- sessions ------------------------------------------------------------------ */
 
 static void icache_drop(ntfs_store *st) {
-        for (size_t i = 0; i < INO_CACHE_SLOTS; i++)
+        for (size_t i = 0; i < INO_CACHE_SLOTS; i++) {
                 st->icache[i].ino = 0;
+                st->icache[i].pending = false;
+        }
+        st->nipending = 0;
 }
 
 void store_caches_drop(ntfs_store *st) {
@@ -655,6 +660,9 @@ int wsid_retire(ntfs_store *st, uint64_t wsid) {
 static int wsid_purge(ntfs_store *st, uint64_t wsid) {
         uint8_t k[8];
         ntfs_put_be64(k, wsid);
+        int r0 = ino_flush(st); /* other working states' records stay */
+        if (r0 < 0)
+                return r0;
         icache_drop(st); /* its ino records go; the session copy holds no
                           * record of it (callers commit first, too) */
         MDB_dbi dbis[] = { st->ino, st->dent, st->chunk, st->xattr, st->lmap, st->dlink, st->orph };
@@ -813,7 +821,8 @@ int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_st
         }
         st->nhcache = calloc(NAME_HASH_CACHE_SLOTS, sizeof *st->nhcache);
         st->icache = calloc(INO_CACHE_SLOTS, sizeof *st->icache);
-        if (!st->nhcache || !st->icache) {
+        st->ipending = calloc(INO_CACHE_SLOTS, sizeof *st->ipending);
+        if (!st->nhcache || !st->icache || !st->ipending) {
                 r = -ENOMEM;
                 goto fail;
         }
@@ -860,6 +869,7 @@ fail:
         wsdata_close_all(st);
         mdb_env_close(st->env);
         free(st->icache);
+        free(st->ipending);
         free(st->nhcache);
         free(st->dir);
         return r;
@@ -889,6 +899,7 @@ void ntfs_store_close(ntfs_store *st) {
         pthread_mutex_destroy(&st->inval_lock);
         pthread_cond_destroy(&st->cond);
         free(st->icache);
+        free(st->ipending);
         free(st->nhcache);
         free(st->dir);
         free(st);

@@ -88,7 +88,7 @@ int ino_get(ntfs_store *st, uint64_t wsid, uint64_t ino, struct ino_rec *ret) {
         if (v.mv_size != sizeof *ret)
                 return -NTFS_ECORRUPT;
         memcpy(ret, v.mv_data, sizeof *ret);
-        if (ino) {
+        if (ino && !cs->pending) { /* a pending record keeps its slot */
                 cs->wsid = wsid;
                 cs->ino = ino;
                 cs->rec = *ret;
@@ -96,29 +96,74 @@ int ino_get(ntfs_store *st, uint64_t wsid, uint64_t ino, struct ino_rec *ret) {
         return 0;
 }
 
-int ino_put(ntfs_store *st, uint64_t wsid, uint64_t ino, const struct ino_rec *r) {
+static int icache_write(ntfs_store *st, struct ino_cache_slot *cs) {
         uint8_t k[16];
-        key2(k, wsid, ino);
-        int rc = db_put(st, st->ino, k, 16, r, sizeof *r);
-        struct ino_cache_slot *cs = icache_slot(st, wsid, ino);
-        if (rc < 0 || !ino) {
-                if (cs->ino == ino && cs->wsid == wsid)
-                        cs->ino = 0;
-        } else {
-                cs->wsid = wsid;
-                cs->ino = ino;
-                cs->rec = *r;
-        }
+        key2(k, cs->wsid, cs->ino);
+        int rc = db_put(st, st->ino, k, 16, &cs->rec, sizeof cs->rec);
+        if (rc == 0)
+                cs->pending = false;
         return rc;
+}
+
+static int pending_cmp(const void *a, const void *b, void *arg) {
+        const struct ino_cache_slot *ic = arg, *x = &ic[*(const uint32_t *)a], *y = &ic[*(const uint32_t *)b];
+        if (x->wsid != y->wsid)
+                return x->wsid < y->wsid ? -1 : 1;
+        return x->ino < y->ino ? -1 : x->ino > y->ino;
+}
+
+/* In key order: neighbouring records then share the B-tree's pages. On
+ * error the batch is broken (db_put marked it) and will be aborted, which
+ * drops the cache. */
+int ino_flush(ntfs_store *st) {
+        size_t n = st->nipending;
+        if (n == 0)
+                return 0;
+        qsort_r(st->ipending, n, sizeof *st->ipending, pending_cmp, st->icache);
+        for (size_t i = 0; i < n; i++) {
+                struct ino_cache_slot *cs = &st->icache[st->ipending[i]];
+                int rc = cs->pending ? icache_write(st, cs) : 0;
+                if (rc < 0)
+                        return rc;
+        }
+        st->nipending = 0;
+        return 0;
+}
+
+int ino_put(ntfs_store *st, uint64_t wsid, uint64_t ino, const struct ino_rec *r) {
+        if (!ino) {
+                uint8_t k[16];
+                key2(k, wsid, ino);
+                return db_put(st, st->ino, k, 16, r, sizeof *r);
+        }
+        struct ino_cache_slot *cs = icache_slot(st, wsid, ino);
+        int rc = 0;
+        if (cs->pending && (cs->ino != ino || cs->wsid != wsid) && (rc = icache_write(st, cs)) < 0)
+                return rc; /* the slot's record could not go to the batch */
+        if (!cs->pending) {
+                if (st->nipending == INO_CACHE_SLOTS && (rc = ino_flush(st)) < 0)
+                        return rc;
+                st->ipending[st->nipending++] = (uint32_t)(cs - st->icache);
+        }
+        cs->wsid = wsid;
+        cs->ino = ino;
+        cs->rec = *r;
+        cs->pending = true;
+        return 0;
 }
 
 int ino_del(ntfs_store *st, uint64_t wsid, uint64_t ino) {
         struct ino_cache_slot *cs = icache_slot(st, wsid, ino);
-        if (cs->ino == ino && cs->wsid == wsid)
+        bool pending = false;
+        if (cs->ino == ino && cs->wsid == wsid) {
+                pending = cs->pending;
                 cs->ino = 0;
+                cs->pending = false;
+        }
         uint8_t k[16];
         key2(k, wsid, ino);
-        return db_del(st, st->ino, k, 16);
+        int r = db_del(st, st->ino, k, 16);
+        return r == -ENOENT && pending ? 0 : r; /* it was only in the cache */
 }
 
 static int hdr_get(ntfs_store *st, uint64_t wsid, struct ws_hdr *ret) {

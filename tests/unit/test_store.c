@@ -2522,6 +2522,81 @@ TEST(second_handle_shares_the_session) {
         rm_rf(tmpdir);
 }
 
+/* ino_put leaves records in the inode cache until the batch commits or the
+ * slot is wanted (ws.c). More inodes than the cache has slots, each changed
+ * twice, force evictions and a full pending list; gc and fsck, with
+ * records pending, must still see the symlink targets they name; after a
+ * commit and a reopen every record is the last one written. */
+TEST(pending_inode_records_reach_the_batch) {
+        enum { DIRS = 8, PER = 5000 };
+        ntfs_store *st;
+        ntfs_ws *ws = quiet_session(&st);
+        uint64_t dirs[DIRS];
+        char name[32], target[48];
+        for (int d = 0; d < DIRS; d++) {
+                struct ntfs_attr a;
+                snprintf(name, sizeof name, "d%d", d);
+                ASSERT_OK(ntfs_ws_mkdir(ws, NTFS_ROOT_INO, name, 0755, 0, 0, &a));
+                dirs[d] = a.ino;
+        }
+        for (int d = 0; d < DIRS; d++)
+                for (int i = 0; i < PER; i++) {
+                        struct ntfs_attr a, in = { .mode = 0400 | (unsigned)(i & 077) };
+                        snprintf(name, sizeof name, "f%d", i);
+                        uint64_t f = mkfile(ws, dirs[d], name, i % 3 ? "xy" : NULL);
+                        ASSERT_OK(ntfs_ws_setattr(ws, f, &in, NTFS_SET_MODE, &a));
+                        if (i % 100 == 0) {
+                                snprintf(name, sizeof name, "l%d", i);
+                                snprintf(target, sizeof target, "target-%d-%d", d, i);
+                                ASSERT_OK(ntfs_ws_symlink(ws, dirs[d], name, target, 0, 0, &a));
+                        }
+                }
+        /* one made and removed inside the batch: its record never reached
+         * the ino database */
+        mkfile(ws, NTFS_ROOT_INO, "gone", "z");
+        ASSERT_OK(ntfs_ws_unlink(ws, NTFS_ROOT_INO, "gone"));
+        struct ntfs_gc_stats gs;
+        ASSERT_OK(ntfs_gc(st, NULL, 0, &gs));
+        for (int round = 0; round < 2; round++) {
+                for (int d = 0; d < DIRS; d++)
+                        for (int i = 0; i < PER; i++) {
+                                struct ntfs_attr a;
+                                snprintf(name, sizeof name, "f%d", i);
+                                ASSERT_OK(ntfs_ws_lookup(ws, dirs[d], name, &a));
+                                ASSERT_EQ(a.mode, (uint32_t)(S_IFREG | 0400 | (i & 077)));
+                                ASSERT_EQ(a.size, i % 3 ? 2u : 0u);
+                                if (i % 100 == 0) {
+                                        char got[64];
+                                        snprintf(name, sizeof name, "l%d", i);
+                                        snprintf(target, sizeof target, "target-%d-%d", d, i);
+                                        ASSERT_OK(ntfs_ws_lookup(ws, dirs[d], name, &a));
+                                        ssize_t n = ntfs_ws_readlink(ws, a.ino, got, sizeof got);
+                                        ASSERT_EQ(n, (ssize_t)strlen(target));
+                                        ASSERT(memcmp(got, target, (size_t)n) == 0);
+                                }
+                        }
+                struct ntfs_attr a;
+                ASSERT_ERR(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "gone", &a), -ENOENT);
+                fsck_clean(st);
+                if (round == 1)
+                        break;
+                /* the second round reads it all back from the disk */
+                ASSERT_OK(ntfs_store_flush(st, true));
+                ntfs_ws_close(ws);
+                ntfs_store_close(st);
+                ASSERT_OK(ntfs_store_open(tmpdir, &(struct ntfs_store_opts){ .no_flusher = true }, &st));
+                ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+                for (int d = 0; d < DIRS; d++) {
+                        snprintf(name, sizeof name, "d%d", d);
+                        ASSERT_OK(ntfs_ws_lookup(ws, NTFS_ROOT_INO, name, &a));
+                        dirs[d] = a.ino;
+                }
+        }
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
 int main(void) {
         RUN(open_lock_and_reopen);
         RUN(invalid_names_and_unknowns);
@@ -2538,6 +2613,7 @@ int main(void) {
         RUN(fsck_finds_corruption);
         RUN(io_error_leaves_store_consistent);
         RUN(aborted_batch_drops_cached_records);
+        RUN(pending_inode_records_reach_the_batch);
         RUN(failed_writes_give_their_slots_back);
         RUN(forget_queue_frees_unlinked_inodes);
         RUN(queued_forgets_are_freed_while_busy);
