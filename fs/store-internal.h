@@ -170,6 +170,7 @@ struct ino_block {
 struct ws_list;
 struct wsdata;
 struct wsdata_job;
+struct wsw;
 /* A data file mapping replaced by a bigger one: unmapped when the lock is
  * released, since pointers into it may be in use until then. */
 struct wsdata_oldmap {
@@ -208,6 +209,7 @@ struct ntfs_store {
         pthread_cond_t cond;
         struct ntfs_ws *wss;   /* open workspace handles */
         struct wsdata *wsd;    /* open working data files (wsdata.c) */
+        struct wsw *wsw;       /* their queued writes (wswrite.c); NULL: synchronous (the default) */
         size_t nwsd, wsd_cap;
         uint64_t wsd_gen;      /* counts data file writes */
         struct wsdata_oldmap oldmaps[8]; /* unmapped at store_leave */
@@ -433,6 +435,39 @@ void wsdata_close_all(ntfs_store *st);
  * length), a slot record names a slot inside its data file, and no two name
  * the same slot. cb gets one line per problem. */
 int wsdata_check(ntfs_store *st, void (*cb)(const char *problem, void *), void *ud, uint64_t *ret_problems);
+
+/* wswrite.c: data file writes queued to a writer thread (its header
+ * comment has the rules). All but open and close with the lock held. */
+/* Starts the writer (at open) when on (the option, or
+ * NTFS_ASYNC_DATA_WRITES=1); off or on failure the writes stay
+ * synchronous (st->wsw NULL). */
+int wsw_open(ntfs_store *st, bool on);
+/* Writes what is queued and stops the writer (at close). */
+void wsw_close(ntfs_store *st);
+/* Queues a write of len (<= NTFS_CHUNK_SIZE) bytes of buf (NULL: zeros) at
+ * pos of fd: 1 when queued (the bytes are copied); 0 when the caller must
+ * write them itself (everything queued before is in the file by then); a
+ * negative errno when a queued write failed (the batch is then broken). */
+int wsw_queue(ntfs_store *st, int fd, uint64_t pos, const void *buf, size_t len);
+/* Waits until every queued write is in its file; returns the kept error of
+ * a failed one (and breaks the batch), else 0. */
+int wsw_drain(ntfs_store *st);
+/* The same for the queued writes into [pos, pos + len) of fd (and those
+ * queued before them): what a read of those bytes waits for. */
+int wsw_drain_range(ntfs_store *st, int fd, uint64_t pos, uint64_t len);
+/* How many writes were queued so far (lock held), and waiting until those
+ * are in their files, writing them too (the store lock NOT held: the
+ * flusher's sync before a commit); returns a failed write's kept error. */
+uint64_t wsw_mark(ntfs_store *st);
+int wsw_wait_mark(ntfs_store *st, uint64_t mark);
+/* The batch was aborted: drains and forgets a failed write's error. */
+void wsw_batch_gone(ntfs_store *st);
+/* pwritev of iov (n pieces, total bytes) at pos of fd, to the end (a short
+ * write goes on; EINTR is retried); iov is used up. 0 or a negative errno. */
+struct iovec;
+int wsw_write_all(int fd, struct iovec *iov, int n, uint64_t pos, size_t total);
+/* Writes queued, written, and the pwritev calls that wrote them. */
+void wsw_counters(ntfs_store *st, uint64_t *queued, uint64_t *written, uint64_t *batches);
 
 /* ws.c */
 int ino_get(ntfs_store *st, uint64_t wsid, uint64_t ino, struct ino_rec *ret);

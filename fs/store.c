@@ -855,6 +855,8 @@ int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_st
         pthread_mutex_unlock(&st->lock);
         if (r < 0)
                 goto fail;
+        if ((r = wsw_open(st, o.async_data_writes)) < 0)
+                log_warn("store: no writer thread (%s): data file writes stay synchronous", ntfs_strerror(r));
         if (!o.no_flusher) {
                 if (pthread_create(&st->flusher, NULL, flusher_main, st) != 0) {
                         r = -EAGAIN;
@@ -867,6 +869,7 @@ int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_st
         return 0;
 fail:
         wsdata_close_all(st);
+        wsw_close(st);
         mdb_env_close(st->env);
         free(st->icache);
         free(st->ipending);
@@ -892,6 +895,7 @@ void ntfs_store_close(ntfs_store *st) {
                 log_error("store: final flush failed: %s", ntfs_strerror(r));
         pthread_mutex_unlock(&st->lock);
         wsdata_close_all(st);
+        wsw_close(st);
         mdb_env_close(st->env);
         if (st->lock_fd >= 0)
                 close(st->lock_fd);

@@ -65,6 +65,11 @@ struct ntfs_store_opts {
         uint64_t initial_map_bytes; /* 0: default (8 GiB, sparse; grows by doubling) */
         uint64_t reserve_bytes;     /* free disk kept back before writes get ENOSPC; 0: 64 MiB */
         bool no_flusher;            /* tests: no background flush thread */
+        /* Data file writes queued to a writer thread (fs/wswrite.c); also
+         * on with NTFS_ASYNC_DATA_WRITES=1 in the environment. Off by
+         * default: measured, it helps an untar and hurts make -j2
+         * (docs/store.md 4.8, "Writes off the request path"). */
+        bool async_data_writes;
 };
 
 /* Opens (creating when missing) the store in dir. Takes an exclusive lock on

@@ -5,9 +5,11 @@
  * The file is an array of 64 KiB slots. A chunk record in LMDB (key wsid,
  * ino, chunk index) names the chunk's slot and how many of its bytes are
  * stored; bytes past that read as zeros. A write lands in its slot with one
- * pwrite, in place when the slot exists; only a new chunk or a longer one
- * touches LMDB. Reads map the file and point into the mapping. Checkpoints
- * hash slots into content-addressed blobs and free them.
+ * pwrite, in place when the slot exists, made by the writer thread from a
+ * queue (wswrite.c) or, when it cannot be queued, here; only a new chunk or
+ * a longer one touches LMDB. Reads map the file and point into the mapping,
+ * after the queue is drained. Checkpoints hash slots into content-addressed
+ * blobs and free them.
  *
  * A chunk of at most CHUNK_INLINE_MAX bytes (a small file) is kept inline,
  * in its record, until it grows past that: a slot would cost it a page of
@@ -46,6 +48,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
@@ -403,18 +406,19 @@ static int wsdata_pwrite(ntfs_store *st, uint64_t wsid, uint64_t slot, size_t in
                 w->fgen = w->wgen;
         }
         while (len) {
-                size_t n = buf ? len : NTFS_MIN(len, sizeof zeros);
-                ssize_t k = pwrite(w->fd, p, n, pos);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k < 0)
-                        return -errno;
-                if (k == 0)
-                        return -EIO;
+                size_t n = NTFS_MIN(len, sizeof zeros);
+                r = wsw_queue(st, w->fd, (uint64_t)pos, buf ? p : NULL, n);
+                if (r < 0)
+                        return r;
+                if (r == 0) { /* not queued: written here, after the queue */
+                        struct iovec v = { (void *)p, n };
+                        if ((r = wsw_write_all(w->fd, &v, 1, (uint64_t)pos, n)) < 0)
+                                return r;
+                }
                 if (buf)
-                        p += k;
-                pos += k;
-                len -= (size_t)k;
+                        p += n;
+                pos += (off_t)n;
+                len -= n;
                 w->fsize = NTFS_MAX(w->fsize, (uint64_t)pos);
         }
         return 0;
@@ -426,6 +430,10 @@ static const uint8_t *wsdata_map(ntfs_store *st, uint64_t wsid, const struct chu
         if (r == -ENOENT)
                 r = -NTFS_ECORRUPT; /* a chunk record without its file */
         uint64_t end = cr->slot * SLOT_BYTES + cr->len;
+        /* the chunk's queued writes in the file (none of its pages past the
+         * file's end, where a read would raise SIGBUS) */
+        if (r == 0)
+                r = wsw_drain_range(st, w->fd, cr->slot * SLOT_BYTES, cr->len);
         if (r == 0 && end > w->fsize)
                 r = -NTFS_ECORRUPT; /* the record names bytes the file lacks */
         if (r == 0 && end > w->map_len) {
@@ -588,6 +596,9 @@ size_t wsdata_unsynced(ntfs_store *st) {
 }
 
 int wsdata_presync(ntfs_store *st, bool durable) {
+        int r0 = wsw_drain(st); /* the sync covers every write made */
+        if (r0 < 0)
+                return r0;
         for (size_t i = 0; i < st->nwsd; i++) {
                 struct wsdata *w = &st->wsd[i];
                 if (!needs_sync(w, durable))
@@ -604,6 +615,9 @@ int wsdata_presync(ntfs_store *st, bool durable) {
 
 #define PRESYNC_MAX 16
 void wsdata_presync_unlocked(ntfs_store *st, bool durable) {
+        /* the writes queued until now are what the sync must cover: written
+         * (by the writer or by this thread) with the lock released too */
+        uint64_t mark = wsw_mark(st);
         int fds[PRESYNC_MAX];
         uint64_t ids[PRESYNC_MAX], wgens[PRESYNC_MAX], fgens[PRESYNC_MAX];
         size_t n = 0;
@@ -618,9 +632,10 @@ void wsdata_presync_unlocked(ntfs_store *st, bool durable) {
         if (!n)
                 return;
         pthread_mutex_unlock(&st->lock);
+        bool written = wsw_wait_mark(st, mark) == 0; /* else the commit hears of it */
         bool ok[PRESYNC_MAX];
         for (size_t k = 0; k < n; k++) {
-                ok[k] = fdatasync(fds[k]) == 0;
+                ok[k] = written && fdatasync(fds[k]) == 0;
                 close(fds[k]);
         }
         pthread_mutex_lock(&st->lock);
@@ -638,6 +653,7 @@ void wsdata_presync_unlocked(ntfs_store *st, bool durable) {
 }
 
 static void drop_entry(ntfs_store *st, size_t i) {
+        (void)wsw_drain(st); /* no queued write to the fd about to close */
         free(st->wsd[i].free);
         if (st->wsd[i].map)
                 munmap(st->wsd[i].map, st->wsd[i].map_len);
@@ -720,7 +736,9 @@ void wsdata_trim(ntfs_store *st) {
 void wsdata_aborted(ntfs_store *st) {
         /* The slots the batch freed stay named by the committed records; the
          * ones it took were free when it took them, and no record names them
-         * now: they are free again. */
+         * now: they are free again (once no queued write is left to land in
+         * one). */
+        wsw_batch_gone(st);
         st->njobs = 0;
         for (size_t j = 0; j < st->ntaken; j++)
                 slot_give_back(st, st->taken[j].wsid, st->taken[j].slot);
@@ -752,8 +770,8 @@ uint64_t wsdata_disk_bytes(ntfs_store *st) {
         struct dirent *de;
         struct stat sb;
         while ((de = readdir(d)))
-                if (de->d_name[0] != '.' && fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
-                    S_ISREG(sb.st_mode))
+                if (strlen(de->d_name) == 16 && fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+                    S_ISREG(sb.st_mode)) /* data files, not the queue's reserve */
                         sum += (uint64_t)sb.st_blocks * 512;
         closedir(d);
         return sum;
@@ -837,6 +855,7 @@ static uint64_t check_ws(ntfs_store *st, uint64_t wsid, uint64_t *slots, size_t 
 }
 
 int wsdata_check(ntfs_store *st, void (*cb)(const char *problem, void *), void *ud, uint64_t *ret_problems) {
+        (void)wsw_drain(st); /* the files' sizes as they will be */
         MDB_cursor *cur;
         int rc = mdb_cursor_open(st->txn, st->chunk, &cur);
         if (rc)

@@ -17,6 +17,9 @@
 #   floorsame  the floor with the ntfs mount's FUSE options (default_permissions,
 #              nocreate, 86,400 s timeouts): the floor issue 3 holds ntfs to
 #              ("the same FUSE options")
+#   ntfs-async the same with NTFS_ASYNC_DATA_WRITES=1: data file writes queued
+#              to a writer thread, not made in the request (fs/wswrite.c; not
+#              in the default list)
 #   ntfs       $NTFS_BUILD/fs/ntfs-fuse --store BASE/store --create --session bench
 #              (fresh store per run and phase; NTFS_FUSE_STATS=PATH keeps its
 #              request counts as PATH.RUN.PHASE), or "$NTFS_MOUNT_CMD MNT" / "$NTFS_UMOUNT_CMD MNT"
@@ -188,6 +191,15 @@ mount_ntfs() {
         MNT=$1 bash -c "$NTFS_MOUNT_CMD \"\$MNT\""
         wait_mounted "$1"
 }
+# ntfs with its data file writes queued to a writer thread
+# (NTFS_ASYNC_DATA_WRITES=1, fs/wswrite.c; off by default)
+mount_ntfs-async() {
+        NTFS_ASYNC_DATA_WRITES=1 "$NTFS_FUSE" --store "$2/store" --create --session bench -f "$1" &
+        PIDS+=($!)
+        MOUNTS+=("$1")
+        wait_mounted "$1" $!
+}
+umount_ntfs-async() { umount_fuse "$1"; }
 umount_ntfs() {
         if [ -z "${NTFS_MOUNT_CMD:-}" ]; then
                 umount_fuse "$1"
@@ -280,7 +292,7 @@ read -r -a TLIST <<<"$TARGETS"
 for t in "${TLIST[@]}"; do
         case $t in
         native | tmpfs | overlayfs | overlayfs-wt | floor | floorsame) ;;
-        ntfs)
+        ntfs | ntfs-async)
                 if [ -z "${NTFS_MOUNT_CMD:-}" ] && [ ! -x "$NTFS_FUSE" ]; then
                         log "note: ntfs skipped (no $NTFS_FUSE; set NTFS_BUILD, or NTFS_MOUNT_CMD and NTFS_UMOUNT_CMD)"
                 elif [ -n "${NTFS_MOUNT_CMD:-}" ] && [ -z "${NTFS_UMOUNT_CMD:-}" ]; then

@@ -211,15 +211,21 @@ class Daemon:
         return [l for l in text.splitlines() if any(m in l for m in SANITIZER_MARKS)]
 
 
+def stop_and_check(d, scratch):
+    """Stops the daemon; then it must have exited 0 with no sanitizer
+    report and no mount left under scratch."""
+    rc = d.stop()
+    errs = d.sanitizer_errors()
+    left = mounts_under(scratch)
+    assert not errs, "sanitizer reports in ntfsd's log:\n" + "\n".join(errs)
+    assert not left, f"mounts left behind: {left}"
+    assert rc == 0, f"ntfsd exited {rc} after SIGTERM: {d.log_text()[-3000:]}"
+
+
 @pytest.fixture
 def daemon(scratch):
     d = Daemon(scratch)
     try:
         yield d
     finally:
-        rc = d.stop()
-        errs = d.sanitizer_errors()
-        left = mounts_under(scratch)
-        assert not errs, "sanitizer reports in ntfsd's log:\n" + "\n".join(errs)
-        assert not left, f"mounts left behind: {left}"
-        assert rc == 0, f"ntfsd exited {rc} after SIGTERM: {d.log_text()[-3000:]}"
+        stop_and_check(d, scratch)

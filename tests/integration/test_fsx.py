@@ -9,6 +9,9 @@
                          kind of operation must have run, the store must be
                          clean afterwards and fsx must leave no session or
                          mount behind
+  test_fsx_short_run_with_queued_writes
+                         the same (another seed) with the data file writes
+                         queued to the writer thread (fs/wswrite.c)
   test_fsx_catches_fault the self-test: a fault injected into fsx's model
                          (-X) must make it fail with the seed and a
                          reproduction line, so the checks are live
@@ -25,7 +28,7 @@ import subprocess
 import pytest
 
 from conftest import BUILD, find_bin
-from ctl_fixtures import daemon  # noqa: F401  (fixture)
+from ctl_fixtures import Daemon, daemon, stop_and_check  # noqa: F401  (fixture)
 
 def sanitizer_build():
     info = os.path.join(BUILD, "meson-info", "intro-buildoptions.json")
@@ -56,9 +59,25 @@ def run_fsx(daemon, *args, timeout=900):
 
 
 def test_fsx_short_run(daemon):  # noqa: F811
-    r = run_fsx(daemon, "-N", str(OPS), "-S", str(SEED))
+    short_run(daemon)
+
+
+def test_fsx_short_run_with_queued_writes(scratch, monkeypatch):
+    """The same run with the data file writes queued to the store's writer
+    thread (NTFS_ASYNC_DATA_WRITES=1, fs/wswrite.c; off by default): reads
+    after writes, mmap, truncates, checkpoints and rollbacks over a queue."""
+    monkeypatch.setenv("NTFS_ASYNC_DATA_WRITES", "1")
+    d = Daemon(scratch)
+    try:
+        short_run(d, seed=SEED + 1)
+    finally:
+        stop_and_check(d, scratch)
+
+
+def short_run(daemon, seed=SEED):  # noqa: F811
+    r = run_fsx(daemon, "-N", str(OPS), "-S", str(seed))
     print(r.stdout)
-    assert r.returncode == 0, f"fsx failed (seed {SEED}):\n{r.stdout}\n{r.stderr}"
+    assert r.returncode == 0, f"fsx failed (seed {seed}):\n{r.stdout}\n{r.stderr}"
     assert f"fsx: {OPS} operations in" in r.stdout and "no mismatch" in r.stdout
     counts = dict((k, int(v)) for k, v in re.findall(r"(\w+) (\d+)", r.stdout.split("\n")[2]))
     for kind in ("reads", "writes", "holewrites", "truncates", "mmapwrites", "renames", "links", "unlinks",

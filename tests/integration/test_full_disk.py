@@ -134,9 +134,10 @@ def test_full_disk_gives_enospc_and_keeps_the_store(scratch):
 
 
 def test_disk_filled_by_another_program_loses_nothing_acknowledged(scratch):
-    """Something else fills the disk under a live mount. Small files written
-    (not fsync'd) then are either refused with ENOSPC or kept: the store's
-    held reserve lets the background commits that carry them go through, so
+    """Something else fills the disk under a live mount. Files written (not
+    fsync'd), small ones inline and bigger ones through the working data
+    file, then are either refused with ENOSPC or kept: the store's held
+    reserve lets the background commits that carry them go through, so
     nothing a program was told it wrote is lost, and after a restart every
     such file is there. Before the reserve was held, the first background
     commit failed and dropped them silently. A jailed command meanwhile is
@@ -176,12 +177,16 @@ def filled_by_another(scratch, disk):
                 assert e.errno == errno.ENOSPC
         for i in range(200):
             data = f"file {i}\n".encode() * (i % 7 + 1)
-            try:
-                with open(f"{mp}/f{i}", "wb") as f:
-                    f.write(data)
-                kept[f"f{i}"] = data
-            except OSError as e:
-                assert e.errno == errno.ENOSPC, e
+            # and one too big to stay inline: its bytes go to the
+            # working data file, whose write must get the ENOSPC itself
+            big = random.Random(i).randbytes(3000 + (i * 997) % 40000)
+            for name, content in ((f"f{i}", data), (f"g{i}", big)):
+                try:
+                    with open(f"{mp}/{name}", "wb") as f:
+                        f.write(content)
+                    kept[name] = content
+                except OSError as e:
+                    assert e.errno == errno.ENOSPC, e
         assert kept, "nothing could be written at all"
         # a jailed command: run and journaled, or refused because the
         # journal cannot record it; never a half-recorded effect

@@ -66,6 +66,19 @@ static ntfs_ws *quiet_session(ntfs_store **st) {
         return ws;
 }
 
+/* The same with the data file writes queued to the writer thread
+ * (wswrite.c, off by default). */
+static ntfs_ws *queued_session(ntfs_store **st) {
+        fresh_dir();
+        *st = NULL;
+        ASSERT_OK(ntfs_store_open(tmpdir, &(struct ntfs_store_opts){ .no_flusher = true, .async_data_writes = true },
+                                  st));
+        ASSERT_OK(ntfs_session_create(*st, "s", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(*st, "s", &ws));
+        return ws;
+}
+
 /* A fresh store with the background flusher, with session "s"; returns
  * its working state. */
 static ntfs_ws *flusher_session(ntfs_store **st) {
@@ -1175,7 +1188,17 @@ TEST(fsck_finds_corruption) {
  * acknowledged checkpoint. */
 /* ---- working data files (fs/wsdata.c) ---------------------------------------- */
 
-/* The one data file under tmpdir/wsdata (there must be exactly one). */
+/* Waits until the writer thread has made every queued data file write
+ * (wswrite.c): a test that looks at the data file itself does this first. */
+static void writes_landed(ntfs_store *st) {
+        ASSERT_OK(store_enter(st));
+        int r = wsw_drain(st);
+        store_leave(st);
+        ASSERT_OK(r);
+}
+
+/* The one data file under tmpdir/wsdata (there must be exactly one; the
+ * write queue's reserve file is not one). */
 static void data_file(char *out, size_t len) {
         char dir[300];
         snprintf(dir, sizeof dir, "%s/wsdata", tmpdir);
@@ -1184,7 +1207,7 @@ static void data_file(char *out, size_t len) {
         int n = 0;
         struct dirent *de;
         while ((de = readdir(d)))
-                if (de->d_name[0] != '.') {
+                if (de->d_name[0] != '.' && strcmp(de->d_name, "reserve") != 0) {
                         snprintf(out, len, "%.280s/%.100s", dir, de->d_name);
                         n++;
                 }
@@ -1523,6 +1546,7 @@ TEST(working_data_files) {
         ASSERT_OK(ntfs_ws_setattr(ws, c, &zero, NTFS_SET_SIZE, &out));
         ASSERT_OK(ntfs_store_flush(st, true));
         ASSERT_EQ(ntfs_ws_write(ws, c, x, sizeof x, 0, false), (long)sizeof x);
+        writes_landed(st);
         ASSERT_OK(stat(path, &sb));
         ASSERT_EQ(sb.st_size, both); /* c's new chunks took the freed slots */
         expect_bytes(ws, "b", x, sizeof x);
@@ -1878,7 +1902,10 @@ _Static_assert(CRASH_FAR > CHUNK_INLINE_MAX, "crash_points must reach the data f
 
 static void crash_child(int wfd, const char *point, unsigned n) {
         ntfs_store *st;
-        if (ntfs_store_open(tmpdir, &(struct ntfs_store_opts){ .no_flusher = true }, &st) < 0)
+        /* the write queue on for its own point */
+        struct ntfs_store_opts o = { .no_flusher = true,
+                                     .async_data_writes = strcmp(point, "wsdata.queued_write") == 0 };
+        if (ntfs_store_open(tmpdir, &o, &st) < 0)
                 _exit(3);
         ntfs_fault_arm(point, n, NTFS_FAULT_CRASH);
         ntfs_ws *ws;
@@ -1920,7 +1947,7 @@ static void crash_child(int wfd, const char *point, unsigned n) {
 TEST(crash_points) {
         const char *points[] = { "store.commit",     "store.sync",    "store.checkpoint.objects",
                                  "store.serialize",  "store.create",  "store.unlink",
-                                 "wsdata.write",     "wsdata.sync" };
+                                 "wsdata.write",     "wsdata.sync",   "wsdata.queued_write" };
         int crashes = 0, runs = 0;
         for (size_t p = 0; p < ARRAY_SIZE(points); p++) {
                 for (unsigned n = 1; n <= 12; n++) {
@@ -2091,6 +2118,7 @@ TEST(failed_writes_give_their_slots_back) {
         for (int round = 0; round < 3; round++) {
                 uint64_t b = mkfile(ws, NTFS_ROOT_INO, "b", NULL);
                 ASSERT_EQ(ntfs_ws_write(ws, b, y, sizeof y, 0, false), (long)sizeof y);
+                writes_landed(st);
                 ASSERT_OK(stat(path, &sb));
                 ASSERT_EQ((uint64_t)sb.st_size, sizeof x + sizeof y);
                 ntfs_fault_arm("store.commit", 1, NTFS_FAULT_ERROR);
@@ -2126,6 +2154,190 @@ TEST(failed_writes_give_their_slots_back) {
         ASSERT_OK(ntfs_ws_open(st, "s", &ws));
         expect_bytes(ws, "a", x, sizeof x);
         expect_bytes(ws, "c", z, sizeof z);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+/* ---- queued data file writes (fs/wswrite.c) ------------------------------------ */
+
+static void queue_counters(ntfs_store *st, uint64_t *queued, uint64_t *written, uint64_t *batches) {
+        ASSERT_OK(store_enter(st));
+        wsw_counters(st, queued, written, batches);
+        store_leave(st);
+}
+
+/* Files written the way tar writes them (10 KiB at a time), far more than
+ * the queue's ring holds, then random overwrites, extensions and sparse
+ * writes checked against a copy: every read sees every write before it, in
+ * order, and so does a reopened store. Adjacent queued writes go to the
+ * file as one call. */
+TEST(queued_writes_land_in_order) {
+        enum { FILES = 600, PIECE = 10240, PER = 3, SHADOW = 256 << 10, OPS = 3000 };
+        static uint8_t buf[PER * PIECE], got[PER * PIECE], shadow[SHADOW];
+        ntfs_store *st;
+        ntfs_ws *ws = queued_session(&st);
+        ASSERT(st->wsw != NULL); /* on: else this tests nothing */
+        char name[32];
+        for (int i = 0; i < FILES; i++) {
+                snprintf(name, sizeof name, "t%d", i);
+                uint64_t f = mkfile(ws, NTFS_ROOT_INO, name, NULL);
+                fill(buf, sizeof buf, (unsigned)i);
+                for (int k = 0; k < PER; k++)
+                        ASSERT_EQ(ntfs_ws_write(ws, f, buf + k * PIECE, PIECE, (uint64_t)k * PIECE, false), PIECE);
+        }
+        uint64_t queued, written, batches;
+        queue_counters(st, &queued, &written, &batches);
+        ASSERT(queued >= (uint64_t)FILES * PER);
+
+        /* one file, random writes against a copy; a read now and then */
+        uint64_t f = mkfile(ws, NTFS_ROOT_INO, "model", NULL);
+        size_t size = 0;
+        unsigned seed = 7;
+        for (int op = 0; op < OPS; op++) {
+                seed = seed * 1103515245u + 12345u;
+                size_t off = (seed >> 8) % (SHADOW - 1);
+                seed = seed * 1103515245u + 12345u;
+                size_t n = 1 + (seed >> 8) % NTFS_MIN((size_t)(3 * NTFS_CHUNK_SIZE / 2), SHADOW - off);
+                if (op % 5 == 0 && off > size)
+                        off = size; /* appends, too */
+                fill(buf, NTFS_MIN(n, sizeof buf), (unsigned)op);
+                n = NTFS_MIN(n, sizeof buf);
+                ASSERT_EQ(ntfs_ws_write(ws, f, buf, n, off, false), (long)n);
+                if (off > size)
+                        memset(shadow + size, 0, off - size);
+                memcpy(shadow + off, buf, n);
+                size = NTFS_MAX(size, off + n);
+                if (op % 97 == 0) {
+                        size_t ro = (seed >> 4) % size, rn = NTFS_MIN(size - ro, sizeof got);
+                        ASSERT_EQ(ntfs_ws_read(ws, f, got, rn, ro), (long)rn);
+                        ASSERT(memcmp(got, shadow + ro, rn) == 0);
+                }
+        }
+        for (int i = 0; i < FILES; i++) {
+                snprintf(name, sizeof name, "t%d", i);
+                fill(buf, sizeof buf, (unsigned)i);
+                expect_bytes(ws, name, buf, sizeof buf);
+        }
+        expect_bytes(ws, "model", shadow, size);
+        queue_counters(st, &queued, &written, &batches);
+        ASSERT_EQ(written, queued); /* the reads waited for all of them */
+        ASSERT(batches < written);  /* a file's adjacent pieces went as one */
+        ASSERT_OK(ntfs_store_flush(st, true));
+        fsck_clean(st);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+
+        st = open_store();
+        ASSERT(st->wsw == NULL); /* off by default */
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        for (int i = 0; i < FILES; i += 37) {
+                snprintf(name, sizeof name, "t%d", i);
+                fill(buf, sizeof buf, (unsigned)i);
+                expect_bytes(ws, name, buf, sizeof buf);
+        }
+        expect_bytes(ws, "model", shadow, size);
+        fsck_clean(st);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+/* A queued write that fails (an I/O error, after the write call returned):
+ * the batch whose records name its bytes is not committed; the store stays
+ * as the last commit left it, and goes on. */
+TEST(failed_queued_write_breaks_its_batch) {
+        static uint8_t x[100000], y[100000];
+        fill(x, sizeof x, 1);
+        fill(y, sizeof y, 2);
+        ntfs_store *st;
+        ntfs_ws *ws = queued_session(&st);
+        uint64_t a = mkfile(ws, NTFS_ROOT_INO, "a", NULL);
+        ASSERT_EQ(ntfs_ws_write(ws, a, x, sizeof x, 0, false), (long)sizeof x);
+        ASSERT_OK(ntfs_store_flush(st, true));
+
+        ntfs_fault_arm("wsdata.queued_write", 1, NTFS_FAULT_ERROR);
+        uint64_t b = mkfile(ws, NTFS_ROOT_INO, "b", NULL);
+        /* queued; a later write of the batch may already hear of it (and
+         * the batch is dropped when that call ends), else the commit does */
+        ssize_t wb = ntfs_ws_write(ws, b, y, sizeof y, 0, false);
+        ASSERT(wb == (ssize_t)sizeof y || wb == -EIO);
+        ssize_t wa = ntfs_ws_write(ws, a, y, 5000, 100, false);
+        ASSERT(wa == 5000 || wa == -EIO);
+        int fr = ntfs_store_flush(st, false);
+        ASSERT(fr == -EIO || (fr == 0 && (wb == -EIO || wa == -EIO)));
+        ASSERT(ntfs_fault_hits("wsdata.queued_write") >= 1u); /* it fired at the first */
+        ntfs_fault_disarm();
+        struct ntfs_attr got;
+        ASSERT_ERR(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "b", &got), -ENOENT);
+        ASSERT_OK(ntfs_ws_getattr(ws, a, &got));
+        ASSERT_EQ(got.size, sizeof x);
+        fsck_clean(st);
+
+        uint64_t c = mkfile(ws, NTFS_ROOT_INO, "c", NULL);
+        ASSERT_EQ(ntfs_ws_write(ws, c, y, sizeof y, 0, false), (long)sizeof y);
+        ASSERT_OK(ntfs_store_flush(st, true));
+        expect_bytes(ws, "c", y, sizeof y);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        st = open_store();
+        fsck_clean(st);
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        ASSERT_ERR(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "b", &got), -ENOENT);
+        expect_bytes(ws, "c", y, sizeof y);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+static uint64_t reserve_bytes_on_disk(void) {
+        char path[400];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/wsdata/reserve", tmpdir);
+        ASSERT_OK(stat(path, &sb));
+        return (uint64_t)sb.st_blocks * 512;
+}
+
+/* The disk fills up (something else took it since the store last looked)
+ * under queued writes: the queue's reserve takes them, nothing the write
+ * calls acknowledged is lost, writes are synchronous (and get their ENOSPC
+ * themselves) until the reserve can be held again. */
+TEST(full_disk_under_queued_writes_takes_the_reserve) {
+        static uint8_t x[20000], y[20000], z[20000];
+        fill(x, sizeof x, 1);
+        fill(y, sizeof y, 2);
+        fill(z, sizeof z, 3);
+        ntfs_store *st;
+        ntfs_ws *ws = queued_session(&st);
+        uint64_t a = mkfile(ws, NTFS_ROOT_INO, "a", NULL);
+        ASSERT_EQ(ntfs_ws_write(ws, a, x, sizeof x, 0, false), (long)sizeof x);
+        ASSERT(reserve_bytes_on_disk() >= (8u << 20)); /* taken at the first queued write */
+
+        ntfs_fault_arm("wsdata.queued_full", 1, NTFS_FAULT_ERROR);
+        uint64_t b = mkfile(ws, NTFS_ROOT_INO, "b", NULL);
+        ASSERT_EQ(ntfs_ws_write(ws, b, y, sizeof y, 0, false), (long)sizeof y);
+        ASSERT_OK(ntfs_store_flush(st, true)); /* the reserve's space took it */
+        ASSERT(ntfs_fault_hits("wsdata.queued_full") >= 1u); /* it fired at the first */
+        ntfs_fault_disarm();
+        ASSERT_EQ(reserve_bytes_on_disk(), 0u);
+        expect_bytes(ws, "b", y, sizeof y);
+
+        uint64_t q0, q1, w, bt;
+        queue_counters(st, &q0, &w, &bt);
+        uint64_t c = mkfile(ws, NTFS_ROOT_INO, "c", NULL);
+        ASSERT_EQ(ntfs_ws_write(ws, c, z, sizeof z, 0, false), (long)sizeof z);
+        queue_counters(st, &q1, &w, &bt);
+        ASSERT_EQ(q1, q0); /* synchronous while no reserve is held */
+
+        usleep(1100 * 1000); /* then it is tried again */
+        ASSERT_EQ(ntfs_ws_write(ws, c, x, sizeof x, 0, false), (long)sizeof x);
+        queue_counters(st, &q1, &w, &bt);
+        ASSERT(q1 > q0);
+        ASSERT(reserve_bytes_on_disk() >= (8u << 20));
+        ASSERT_OK(ntfs_store_flush(st, true));
+        expect_bytes(ws, "a", x, sizeof x);
+        expect_bytes(ws, "c", x, sizeof x);
+        fsck_clean(st);
         ntfs_ws_close(ws);
         ntfs_store_close(st);
         rm_rf(tmpdir);
@@ -2615,6 +2827,9 @@ int main(void) {
         RUN(aborted_batch_drops_cached_records);
         RUN(pending_inode_records_reach_the_batch);
         RUN(failed_writes_give_their_slots_back);
+        RUN(queued_writes_land_in_order);
+        RUN(failed_queued_write_breaks_its_batch);
+        RUN(full_disk_under_queued_writes_takes_the_reserve);
         RUN(forget_queue_frees_unlinked_inodes);
         RUN(queued_forgets_are_freed_while_busy);
         RUN(queued_forgets_are_freed_a_slice_at_a_time);
