@@ -437,7 +437,8 @@ void wsdata_close_all(ntfs_store *st);
 int wsdata_check(ntfs_store *st, void (*cb)(const char *problem, void *), void *ud, uint64_t *ret_problems);
 
 /* wswrite.c: data file writes queued to a writer thread (its header
- * comment has the rules). All but open and close with the lock held. */
+ * comment has the rules). All but open, close, wsw_wait_mark and
+ * wsw_write_all with the lock held. */
 /* Starts the writer (at open) when on (the option, or
  * NTFS_ASYNC_DATA_WRITES=1); off or on failure the writes stay
  * synchronous (st->wsw NULL). */

@@ -5,11 +5,11 @@
  * The file is an array of 64 KiB slots. A chunk record in LMDB (key wsid,
  * ino, chunk index) names the chunk's slot and how many of its bytes are
  * stored; bytes past that read as zeros. A write lands in its slot with one
- * pwrite, in place when the slot exists, made by the writer thread from a
- * queue (wswrite.c) or, when it cannot be queued, here; only a new chunk or
- * a longer one touches LMDB. Reads map the file and point into the mapping,
- * after the queue is drained. Checkpoints hash slots into content-addressed
- * blobs and free them.
+ * pwrite, in place when the slot exists (made here, or, with the write
+ * queue on, by its writer thread: wswrite.c); only a new chunk or a longer
+ * one touches LMDB. Reads map the file and point into the mapping (after
+ * the chunk's queued writes are made). Checkpoints hash slots into
+ * content-addressed blobs and free them.
  *
  * A chunk of at most CHUNK_INLINE_MAX bytes (a small file) is kept inline,
  * in its record, until it grows past that: a slot would cost it a page of

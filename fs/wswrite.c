@@ -13,18 +13,21 @@
  * the waiting batches itself instead of waking the writer and waiting.
  *
  * What keeps this correct (the callers are in wsdata.c; the store lock is
- * held for every call here):
+ * held for every call here but wsw_wait_mark's):
  *
  *  - Order. Every data file write goes through the queue while it is on,
  *    and the queue is written first in, first out. A write that cannot be
  *    queued (too big, space low, the queue off) is made by the caller only
  *    after the queue is empty (wsw_queue returns 0 then).
- *  - Readers see every queued byte. A read maps the data file; wsdata_map
- *    drains the queue first, so no page is read before its write is in the
- *    page cache, and none past the file's end.
+ *  - Readers see every queued byte. A read maps the data file; before
+ *    wsdata_map hands out a chunk it waits for the queued writes into the
+ *    chunk and those before them (wsw_drain_range), so no page is read
+ *    before its write is in the page cache, and none past the file's end.
  *  - Rule 1 of wsdata.c (bytes before the batch that names them): the
- *    commit's presync drains the queue before it syncs, and so does the
- *    unlocked presync before it notes what the sync covers.
+ *    commit's presync drains the queue before it syncs; the unlocked
+ *    presync notes how many writes were queued (wsw_mark) and waits for
+ *    those (wsw_wait_mark) before its sync, which is then what it notes as
+ *    synced.
  *  - A failed queued write: its bytes are not in the file, but a record of
  *    the open batch may name them. The error is kept, every drain returns
  *    it and marks the batch broken, so the batch is aborted (with the
@@ -51,9 +54,10 @@
  * this kind of machine, it took up to a fifth off an untar on a fresh
  * mount but mostly under 8% in the benchmark's sequence, and added 5-24%
  * to the make -j2 that runs there after the untar and git (docs/store.md
- * 4.8 and docs/bench-fs.md, "Writes off the request path"). With no idle CPU, work moved off the request only
- * competes with the program that no longer waits for it, and a read of
- * bytes still queued pays for them under the store lock.
+ * 4.8 and docs/bench-fs.md, "Writes off the request path"). With no idle
+ * CPU, work moved off the request only competes with the program that no
+ * longer waits for it, and a read of bytes still queued pays for them
+ * under the store lock.
  */
 #include <errno.h>
 #include <fcntl.h>
