@@ -151,6 +151,17 @@ static int reserve_take(ntfs_store *st, struct wsw *q) {
         return 0;
 }
 
+/* Frees what wsw_open made, the thread stopped (or never started). */
+static void wsw_free(struct wsw *q) {
+        if (q->reserve_fd >= 0)
+                close(q->reserve_fd); /* the file stays: the next open takes it again */
+        munmap(q->ring, WSW_RING_BYTES);
+        pthread_mutex_destroy(&q->mu);
+        pthread_cond_destroy(&q->work);
+        pthread_cond_destroy(&q->done);
+        free(q);
+}
+
 int wsw_open(ntfs_store *st, bool on) {
         st->wsw = NULL;
         const char *env = getenv("NTFS_ASYNC_DATA_WRITES");
@@ -170,7 +181,6 @@ int wsw_open(ntfs_store *st, bool on) {
                 free(q);
                 return r;
         }
-        int r = 0;
         pthread_mutex_init(&q->mu, NULL);
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
@@ -179,17 +189,9 @@ int wsw_open(ntfs_store *st, bool on) {
         pthread_condattr_destroy(&ca);
         pthread_cond_init(&q->done, NULL);
         q->idle = WSW_BUSY;
-        if (r == 0 && pthread_create(&q->thread, NULL, writer_main, q) != 0)
-                r = -EAGAIN;
-        if (r < 0) {
-                if (q->reserve_fd >= 0)
-                        close(q->reserve_fd);
-                munmap(q->ring, WSW_RING_BYTES);
-                pthread_mutex_destroy(&q->mu);
-                pthread_cond_destroy(&q->work);
-                pthread_cond_destroy(&q->done);
-                free(q);
-                return r;
+        if (pthread_create(&q->thread, NULL, writer_main, q) != 0) {
+                wsw_free(q);
+                return -EAGAIN;
         }
         st->wsw = q;
         return 0;
@@ -206,13 +208,7 @@ void wsw_close(ntfs_store *st) {
         pthread_join(q->thread, NULL); /* it writes what is queued first */
         if (q->err)
                 log_error("store: a queued data file write failed: %s", ntfs_strerror(q->err));
-        if (q->reserve_fd >= 0)
-                close(q->reserve_fd); /* the file stays: the next open takes it again */
-        munmap(q->ring, WSW_RING_BYTES);
-        pthread_mutex_destroy(&q->mu);
-        pthread_cond_destroy(&q->work);
-        pthread_cond_destroy(&q->done);
-        free(q);
+        wsw_free(q);
         st->wsw = NULL;
 }
 

@@ -54,29 +54,27 @@ static ntfs_store *open_store(void) {
         return st;
 }
 
-/* A fresh store without the background flusher (every commit is the
- * test's own), with session "s"; returns its working state. */
-static ntfs_ws *quiet_session(ntfs_store **st) {
+/* A fresh store opened with o, with session "s"; returns its working
+ * state. */
+static ntfs_ws *session_opened(ntfs_store **st, const struct ntfs_store_opts *o) {
         fresh_dir();
         *st = NULL;
-        ASSERT_OK(ntfs_store_open(tmpdir, &(struct ntfs_store_opts){ .no_flusher = true }, st));
+        ASSERT_OK(ntfs_store_open(tmpdir, o, st));
         ASSERT_OK(ntfs_session_create(*st, "s", NULL, NULL));
         ntfs_ws *ws;
         ASSERT_OK(ntfs_ws_open(*st, "s", &ws));
         return ws;
 }
 
+/* Without the background flusher (every commit is the test's own). */
+static ntfs_ws *quiet_session(ntfs_store **st) {
+        return session_opened(st, &(struct ntfs_store_opts){ .no_flusher = true });
+}
+
 /* The same with the data file writes queued to the writer thread
  * (wswrite.c, off by default). */
 static ntfs_ws *queued_session(ntfs_store **st) {
-        fresh_dir();
-        *st = NULL;
-        ASSERT_OK(ntfs_store_open(tmpdir, &(struct ntfs_store_opts){ .no_flusher = true, .async_data_writes = true },
-                                  st));
-        ASSERT_OK(ntfs_session_create(*st, "s", NULL, NULL));
-        ntfs_ws *ws;
-        ASSERT_OK(ntfs_ws_open(*st, "s", &ws));
-        return ws;
+        return session_opened(st, &(struct ntfs_store_opts){ .no_flusher = true, .async_data_writes = true });
 }
 
 /* A fresh store with the background flusher, with session "s"; returns
