@@ -15,6 +15,7 @@ PKGS=(
   attr acl make iproute2 procps psmisc util-linux
   # benchmarks' baselines
   fio fuse-overlayfs bubblewrap
+  linux-perf  # tools/bench-fs.sh BENCH_REQS=1: FUSE requests per row (tracepoints)
   ceph-mon ceph-osd radosgw  # remotes: a real S3 gateway for tests/integration/test_remote.py
 )
 

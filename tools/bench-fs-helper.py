@@ -8,8 +8,10 @@
   gencproj DIR NFILES        write a C project of NFILES .c files + Makefile
   fio JSONFILE read|write bw|iops
                              print MB/s (bw) or IOPS from fio's JSON output
-  report TSV                 print the table of medians and ratios, and with
-                             ntfs in it, issue 3's targets met or missed
+  report TSV [REQS]          print the table of medians and ratios, and with
+                             ntfs in it, issue 3's targets met or missed;
+                             with REQS (bench-fs.sh BENCH_REQS=1), the FUSE
+                             requests each row sent each FUSE target
 """
 import json
 import operator
@@ -98,7 +100,7 @@ def fmt(v):
     return "%.3f" % v
 
 
-def report(tsv):
+def report(tsv, reqs=None):
     vals = {}
     byrun = {}  # (workload, target) -> {run: value}
     order = []
@@ -141,6 +143,53 @@ def report(tsv):
           "for MB/s and IOPS, > 1 is faster)" % runs)
     if "ntfs" in present:
         targets(byrun, order, present)
+    if reqs:
+        requests(reqs, order, present)
+
+
+def requests(path, order, present):
+    """Prints the FUSE requests each row sent each FUSE target (bench-fs.sh
+    BENCH_REQS=1; lines TARGET ROW RUN OPCODE COUNT): the median over the
+    runs of the total, then of each opcode that is at least 1% of it."""
+    counts = {}  # (row, target, opcode) -> {run: count}
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) != 5:
+                continue
+            target, row, run, op, n = parts
+            counts.setdefault((row, target, op), {})[run] = int(n)
+    fuse = [t for t in present if any(k[1] == t for k in counts)]
+    if not fuse:
+        print("\nFUSE requests: none counted")
+        return
+    runs = {}  # (row, target) -> the runs counted (a run with no request of an opcode has no line)
+    for (row, target, op), v in counts.items():
+        runs.setdefault((row, target), set()).update(v)
+
+    def med(row, target, op):
+        v = counts.get((row, target, op), {})
+        return statistics.median([v.get(r, 0) for r in runs[(row, target)]])
+    print("\nFUSE requests per row (kernel tracepoint; median of the runs):")
+    head = ["workload"] + fuse
+    rows = [[w] + ["%d" % med(w, t, "ALL") if (w, t) in runs else "-" for t in fuse]
+            for w in order if any((w, t) in runs for t in fuse)]
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    line = lambda r: "| " + " | ".join(c.ljust(widths[i]) for i, c in enumerate(r)) + " |"
+    print(line(head))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print(line(r))
+    print("\nby opcode (at least 1% of the row's requests):")
+    for w in order:
+        for t in fuse:
+            if (w, t) not in runs:
+                continue
+            total = med(w, t, "ALL")
+            ops = sorted(((med(w, t, op), op) for (r, tt, op) in counts if r == w and tt == t and op != "ALL"),
+                         reverse=True)
+            shown = ["%s %d" % (op, n) for n, op in ops if total and n >= total / 100]
+            print("  %-16s %-11s %s" % (w, t, ", ".join(shown) if shown else "-"))
 
 
 # Issue 3's targets: every timed (metadata, make) row within 1.1x of the
@@ -196,8 +245,8 @@ def main(argv):
         gencproj(argv[2], int(argv[3]))
     elif cmd == "fio" and len(argv) == 5:
         fio(argv[2], argv[3], argv[4])
-    elif cmd == "report" and len(argv) == 3:
-        report(argv[2])
+    elif cmd == "report" and len(argv) in (3, 4):
+        report(argv[2], argv[3] if len(argv) == 4 else None)
     else:
         sys.exit(__doc__)
 

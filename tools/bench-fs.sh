@@ -29,7 +29,9 @@
 # once, default /var/tmp/bench-fs-cache), FUSEFLOOR (the binary; default
 # $NTFS_BUILD/tools/fusefloor), BENCH_RAW (keep the raw TSV there),
 # BENCH_META_ONLY=1 (only creates, untar, find/du, git, rm -rf: no fio, no make),
-# BENCH_DATA_ONLY=1 (only the four fio rows).
+# BENCH_DATA_ONLY=1 (only the four fio rows), BENCH_REQS=1 (also count the
+# FUSE requests each row sends the FUSE targets, by opcode, with perf and the
+# kernel's fuse:fuse_request_send tracepoint: a table after the targets).
 # Runs alternate: run r visits the targets in an order rotated by r. Each
 # target's fio rows and its metadata rows (and make) run on separate fresh
 # mounts, with a sync between.
@@ -62,9 +64,12 @@ NTFS_FUSE=${NTFS_FUSE:-$NTFS_BUILD/fs/ntfs-fuse}
 CACHE=${BENCH_CACHE:-/var/tmp/bench-fs-cache}
 SCRATCH=$(mktemp -d "${BENCH_DIR:-/var/tmp}/bench-fs.XXXXXX")
 RAW=$SCRATCH/raw.tsv
+REQS=$SCRATCH/reqs.tsv # BENCH_REQS=1: TARGET ROW RUN OPCODE COUNT
 : >"$RAW"
+: >"$REQS"
 
 MOUNTS=() # mountpoints to unmount on exit
+TRACEFS_MOUNTED=0
 PIDS=()   # daemons to stop on exit
 
 log() { echo "bench-fs: $*" >&2; }
@@ -86,7 +91,10 @@ cleanup() {
                 kill "$p" 2>/dev/null || true
                 wait "$p" 2>/dev/null || true
         done
+        reqs_stop
+        if [ "$TRACEFS_MOUNTED" = 1 ]; then umount /sys/kernel/tracing 2>/dev/null || true; fi
         if [ -n "${BENCH_RAW:-}" ] && [ -s "$RAW" ]; then cp "$RAW" "$BENCH_RAW"; fi
+        if [ -n "${BENCH_RAW:-}" ] && [ -s "$REQS" ]; then cp "$REQS" "$BENCH_RAW.reqs"; fi
         rm -rf "$SCRATCH"
 }
 trap cleanup EXIT
@@ -218,19 +226,94 @@ now() { echo "$EPOCHREALTIME"; }
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.4f", b - a }'; }
 record() { echo "$TARGET $1 $RUN $2" >>"$RAW"; log "  $TARGET run $RUN: $1 = $2"; }
 
+# FUSE request counts (BENCH_REQS=1). For each row on a FUSE target a perf
+# stat is started with its counters disabled, every counter filtered to the
+# mounted target's connection; it is enabled just before the row and
+# disabled just after, through perf's control FIFO with acknowledgement, so
+# its start and its report stay off the clock and the counts cover exactly
+# the row. What counting costs the row itself: each request also runs the
+# tracepoint's filters. FORGETs are queued apart from requests, not traced.
+REQ_OPS="ALL LOOKUP:1 GETATTR:3 SETATTR:4 READLINK:5 SYMLINK:6 MKNOD:8 MKDIR:9
+UNLINK:10 RMDIR:11 RENAME:12 LINK:13 OPEN:14 READ:15 WRITE:16 STATFS:17
+RELEASE:18 FSYNC:20 SETXATTR:21 GETXATTR:22 LISTXATTR:23 FLUSH:25 OPENDIR:27
+READDIR:28 RELEASEDIR:29 FSYNCDIR:30 ACCESS:34 CREATE:35 FALLOCATE:43
+READDIRPLUS:44 RENAME2:45 LSEEK:46 STATX:52" # linux/fuse.h
+REQ_MNT= # the mounted target (main loop)
+REQ_PID= REQ_CTL= REQ_ACK=
+
+reqs_ctl() { # enable|disable, and wait for perf's acknowledgement
+        local ack
+        echo "$1" >&"$REQ_CTL"
+        if ! read -r -t 10 -u "$REQ_ACK" ack; then
+                log "perf stat did not acknowledge '$1'"
+                exit 1
+        fi
+}
+
+reqs_begin() { # counts REQ_MNT's requests from now on, if asked and FUSE
+        [ "${BENCH_REQS:-0}" = 1 ] && [ -n "$REQ_MNT" ] || return 0
+        case $(stat -f -c %T "$REQ_MNT") in fuse | fuseblk) ;; *) return 0 ;; esac
+        local maj min conn op f ev=()
+        read -r maj min < <(stat -c '%Hd %Ld' "$REQ_MNT")
+        conn=$(((maj << 20) | min)) # the kernel's dev_t, as the tracepoint has it
+        for op in $REQ_OPS; do
+                f="connection == $conn"
+                [ "$op" = ALL ] || f="$f && opcode == ${op#*:}"
+                ev+=(-e fuse:fuse_request_send --filter "$f")
+        done
+        rm -f "$SCRATCH/perf.ctl" "$SCRATCH/perf.ack" "$SCRATCH/perf.csv"
+        mkfifo "$SCRATCH/perf.ctl" "$SCRATCH/perf.ack"
+        perf stat -a -x, -o "$SCRATCH/perf.csv" -D -1 \
+                --control "fifo:$SCRATCH/perf.ctl,$SCRATCH/perf.ack" "${ev[@]}" &
+        REQ_PID=$!
+        # opened read-write, which does not wait for perf to open its ends: a
+        # perf that failed to start is then a missing acknowledgement, not a hang
+        exec {REQ_CTL}<>"$SCRATCH/perf.ctl" {REQ_ACK}<>"$SCRATCH/perf.ack"
+        reqs_ctl enable
+}
+
+reqs_stop() { # ends the perf stat, if one runs
+        [ -n "$REQ_PID" ] || return 0
+        exec {REQ_CTL}>&- {REQ_ACK}<&-
+        kill -INT "$REQ_PID" 2>/dev/null || true
+        wait "$REQ_PID" 2>/dev/null || true
+        REQ_PID= REQ_CTL= REQ_ACK=
+}
+
+reqs_end() { # NAME: stops counting and records the row's counts
+        [ -n "$REQ_PID" ] || return 0
+        reqs_ctl disable
+        reqs_stop
+        # one CSV line per counter, in the order given: COUNT,,EVENT,...
+        local ops=($REQ_OPS) counts=() i
+        mapfile -t counts < <(awk -F, '$3 == "fuse:fuse_request_send" { print $1 }' "$SCRATCH/perf.csv")
+        if [ "${#counts[@]}" != "${#ops[@]}" ]; then
+                log "perf stat gave ${#counts[@]} counts for ${#ops[@]} counters"
+                exit 1
+        fi
+        for i in "${!ops[@]}"; do
+                [ "${counts[$i]}" = 0 ] || echo "$TARGET $1 $RUN ${ops[$i]%:*} ${counts[$i]}" >>"$REQS"
+        done
+}
+
 timed() { # NAME CMD...: records the wall time of CMD
-        local name=$1 t
+        local name=$1 t s
         shift
+        reqs_begin
         t=$(now)
         "$@"
-        record "$name" "$(since "$t")"
+        s=$(since "$t")
+        reqs_end "$name"
+        record "$name" "$s"
 }
 
 run_fio() { # NAME RW UNIT EXTRA...
         local name=$1 rw=$2 what=$3 out=$SCRATCH/fio.json
         shift 3
+        reqs_begin
         fio --name=bench --filename="$W/fio.dat" --fallocate=none --output-format=json \
                 --output="$out" "$@" >/dev/null
+        reqs_end "$name"
         record "$name" "$($HELPER fio "$out" "$rw" "$what")"
 }
 
@@ -268,7 +351,11 @@ phase_data() { # the fio rows
 
 meta_workloads() { # the metadata rows only (BENCH_META_ONLY=1: no fio, no make)
         mkdir "$W/creates"
-        record creates-$NCREATE "$($HELPER creates "$W/creates" "$NCREATE")"
+        local v
+        reqs_begin
+        v=$($HELPER creates "$W/creates" "$NCREATE")
+        reqs_end creates-$NCREATE
+        record creates-$NCREATE "$v"
         rm -rf "$W/creates"
 
         mkdir "$W/tree"
@@ -301,6 +388,16 @@ for t in "${TLIST[@]}"; do
         *) log "unknown target $t"; exit 2 ;;
         esac
 done
+if [ "${BENCH_REQS:-0}" = 1 ]; then
+        # perf reads tracepoints through tracefs
+        if [ ! -d /sys/kernel/tracing/events ] && mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null; then
+                TRACEFS_MOUNTED=1 # unmounted on exit
+        fi
+        if ! command -v perf >/dev/null || [ ! -d /sys/kernel/tracing/events/fuse ]; then
+                log "BENCH_REQS=1 needs perf (scripts/setup.sh installs linux-perf) and the kernel's fuse tracepoints"
+                exit 2
+        fi
+fi
 if [[ " $TARGETS " == *" floor"* ]] && [ ! -x "$FUSEFLOOR" ]; then
         log "no fusefloor at $FUSEFLOOR (set FUSEFLOOR or NTFS_BUILD)"
         exit 2
@@ -319,9 +416,11 @@ for RUN in $(seq "$RUNS"); do
                         mkdir -p "$base/mnt"
                         "mount_$TARGET" "$base/mnt" "$base"
                         W=$base/mnt/work
+                        REQ_MNT=$base/mnt
                         mkdir "$W"
                         "phase_$PHASE"
                         rm -rf "$W"
+                        REQ_MNT=
                         "umount_$TARGET" "$base/mnt"
                         rm -rf "$base"
                         sync
@@ -332,4 +431,6 @@ done
 echo "# bench-fs: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs, kernel $(uname -r)," \
         "tree $TREE_ENTRIES entries ($TREE_FILES files), runs $RUNS$([ $QUICK = 1 ] && echo ', QUICK')"
 echo "# floor: $FUSEFLOOR -o prealloc=$PREALLOC${FLOOR_OPTS:+,$FLOOR_OPTS}; floorsame: -o prealloc=$PREALLOC,$FLOORSAME_OPTS"
-$HELPER report "$RAW"
+report_args=("$RAW")
+if [ "${BENCH_REQS:-0}" = 1 ]; then report_args+=("$REQS"); fi
+$HELPER report "${report_args[@]}"

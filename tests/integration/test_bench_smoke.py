@@ -132,3 +132,72 @@ def test_report_targets(tmp_path):
     assert row["overlayfs-wt"] == "4.00" and row["ntfs/overlayfs-wt"] == "0.50", r.stdout
     assert row["ntfs/overlayfs"] == "0.67", r.stdout
     assert "ntfs/overlayfs-wt" not in r.stdout.split("targets:")[1], r.stdout
+
+
+def mounts():
+    with open("/proc/self/mounts") as f:
+        return sorted(l.split()[1] for l in f)
+
+
+def test_quick_request_counts(tmp_path):
+    """BENCH_REQS=1 counts the FUSE requests each row sends each FUSE target
+    (perf and the kernel's fuse:fuse_request_send tracepoint): on the floor
+    with ntfs's options, 1,000 new 100-byte files are exactly 1,000 MKNODs
+    and 1,000 WRITEs; native ext4 has no count; no perf, mount or scratch
+    is left behind (a tracefs the script mounted is unmounted)."""
+    floor = os.path.join(BUILD, "tools", "fusefloor")
+    if not os.path.exists(floor):
+        pytest.skip("no fusefloor at %s" % floor)
+    env = dict(os.environ, BENCH_TARGETS="native floorsame", NTFS_BUILD=BUILD, BENCH_META_ONLY="1",
+               BENCH_REQS="1", BENCH_DIR=str(tmp_path), BENCH_CACHE=str(tmp_path / "cache"),
+               BENCH_RAW=str(tmp_path / "raw.tsv"))
+    before = mounts()
+    r = subprocess.run([os.path.join(ROOT, "tools", "bench-fs.sh"), "--quick"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert mounts() == before
+    assert subprocess.run(["pgrep", "-f", "perf stat -a -x, -o " + str(tmp_path)]).returncode == 1
+    assert sorted(os.listdir(tmp_path)) == ["cache", "raw.tsv", "raw.tsv.reqs"]
+    out = r.stdout.split("FUSE requests per row")[1]
+    head, rows = table(out)
+    assert head == ["workload", "floorsame"], out
+    assert sorted(rows) == ["creates-1000", "du-warm", "find-warm", "git-add-commit", "git-status-warm",
+                            "rm-rf", "untar"], out
+    assert int(rows["creates-1000"]["floorsame"]) >= 2000, out  # with the negative LOOKUPs
+    creates = re.search(r"^  creates-1000 +floorsame +(.*)$", out, re.M).group(1)
+    ops = dict((op, int(n)) for op, n in (x.split() for x in creates.split(", ")))
+    assert ops["MKNOD"] == 1000 and ops["WRITE"] == 1000, creates
+    # the untar of the quick tree: a MKNOD per regular file at least
+    files = int(subprocess.run("tar -tvf %s | grep -c '^-'" % (tmp_path / "cache" / "tree-quick.tar"), shell=True,
+                               capture_output=True, text=True).stdout)
+    untar = re.search(r"^  untar +floorsame +(.*)$", out, re.M).group(1)
+    assert dict((op, int(n)) for op, n in (x.split() for x in untar.split(", ")))["MKNOD"] == files, untar
+    # the raw counts: native ext4 never appears
+    with open(tmp_path / "raw.tsv.reqs") as f:
+        assert {l.split()[0] for l in f} == {"floorsame"}
+
+
+def test_report_requests(tmp_path):
+    """The requests table takes each row's median over the runs, a run with
+    no request of an opcode counting as 0, and lists the opcodes that are at
+    least 1% of the row's total."""
+    raw, reqs = tmp_path / "raw.tsv", tmp_path / "reqs.tsv"
+    raw.write_text("floorsame untar 1 5.0\nfloorsame untar 2 5.0\nfloorsame untar 3 5.0\n"
+                   "ntfs untar 1 6.0\nntfs untar 2 6.0\nntfs untar 3 6.0\n")
+    reqs.write_text("floorsame untar 1 ALL 1000\nfloorsame untar 2 ALL 1200\nfloorsame untar 3 ALL 1100\n"
+                    "floorsame untar 1 WRITE 900\nfloorsame untar 2 WRITE 1100\nfloorsame untar 3 WRITE 1000\n"
+                    "floorsame untar 1 GETATTR 100\nfloorsame untar 2 GETATTR 100\nfloorsame untar 3 GETATTR 95\n"
+                    "floorsame untar 2 SETATTR 5\n"
+                    "ntfs untar 1 ALL 700\nntfs untar 2 ALL 700\nntfs untar 3 ALL 701\n"
+                    "ntfs untar 1 WRITE 700\nntfs untar 2 WRITE 700\nntfs untar 3 WRITE 700\n"
+                    "ntfs untar 3 LOOKUP 1\n")
+    r = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tools", "bench-fs-helper.py"), "report", str(raw),
+                        str(reqs)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.split("FUSE requests per row")[1]
+    head, rows = table(out)
+    assert head == ["workload", "floorsame", "ntfs"], out
+    assert rows["untar"]["floorsame"] == "1100" and rows["untar"]["ntfs"] == "700", out
+    # SETATTR's median is 0 (two runs had none), LOOKUP's is under 1%
+    assert re.search(r"^  untar +floorsame +WRITE 1000, GETATTR 100$", out, re.M), out
+    assert re.search(r"^  untar +ntfs +WRITE 700$", out, re.M), out
