@@ -15,7 +15,8 @@
 #              fuse-overlayfs")
 #   floor      tools/fusefloor, the FUSE floor (FLOOR_OPTS adds -o options)
 #   floorsame  the floor with the ntfs mount's FUSE options (default_permissions,
-#              nocreate, 86,400 s timeouts): the floor issue 3 holds ntfs to
+#              nocreate, 86,400 s timeouts, killpriv2, 1 MiB read-ahead): the
+#              floor issue 3 holds ntfs to
 #              ("the same FUSE options")
 #   ntfs-async the same with NTFS_ASYNC_DATA_WRITES=1: data file writes queued
 #              to a writer thread, not made in the request (fs/wswrite.c; not
@@ -178,11 +179,18 @@ mount_floor() { # MNT BASE [EXTRA_OPTS]
 }
 umount_floor() { umount_fuse "$1"; }
 # The ntfs mount checks modes with default_permissions (no OPEN, so the daemon
-# could not refuse an open), creates with MKNOD and answers with 86,400 s entry
-# and attribute timeouts (fs/mount.c): the floor with exactly those options is
-# the like-for-like measure of FUSE's cost.
-FLOORSAME_OPTS=default_permissions,nocreate,timeout=86400
-mount_floorsame() { mount_floor "$1" "$2" "$FLOORSAME_OPTS"; }
+# could not refuse an open), creates with MKNOD, answers with 86,400 s entry
+# and attribute timeouts, has FUSE_HANDLE_KILLPRIV_V2 and raises its read-ahead
+# to 1 MiB (fs/mount.c): the floor with exactly those options is the
+# like-for-like measure of FUSE's cost.
+FLOORSAME_OPTS=default_permissions,nocreate,timeout=86400,killpriv2
+FLOORSAME_READAHEAD_KB=1024
+mount_floorsame() {
+        local maj min
+        mount_floor "$1" "$2" "$FLOORSAME_OPTS"
+        read -r maj min < <(stat -c '%Hd %Ld' "$1")
+        echo "$FLOORSAME_READAHEAD_KB" >"/sys/class/bdi/$maj:$min/read_ahead_kb"
+}
 umount_floorsame() { umount_fuse "$1"; }
 NTFS_MNT=
 mount_ntfs() {
@@ -430,7 +438,7 @@ done
 
 echo "# bench-fs: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs, kernel $(uname -r)," \
         "tree $TREE_ENTRIES entries ($TREE_FILES files), runs $RUNS$([ $QUICK = 1 ] && echo ', QUICK')"
-echo "# floor: $FUSEFLOOR -o prealloc=$PREALLOC${FLOOR_OPTS:+,$FLOOR_OPTS}; floorsame: -o prealloc=$PREALLOC,$FLOORSAME_OPTS"
+echo "# floor: $FUSEFLOOR -o prealloc=$PREALLOC${FLOOR_OPTS:+,$FLOOR_OPTS}; floorsame: -o prealloc=$PREALLOC,$FLOORSAME_OPTS, read_ahead_kb $FLOORSAME_READAHEAD_KB"
 report_args=("$RAW")
 if [ "${BENCH_REQS:-0}" = 1 ]; then report_args+=("$REQS"); fi
 $HELPER report "${report_args[@]}"

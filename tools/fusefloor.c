@@ -18,6 +18,10 @@
  *                    it sends before every write(2) (default: xattrs work)
  *   nopatch          do not force FUSE_PARALLEL_DIROPS / FUSE_HANDLE_KILLPRIV
  *                    into the INIT reply (libfuse 3.14 drops them, see below)
+ *   killpriv2        also FUSE_HANDLE_KILLPRIV_V2 (protocol 7.33, which libfuse
+ *                    3.14 does not know), as the ntfs mount has: the kernel
+ *                    stops asking for security.capability before writes, and
+ *                    the floor drops setuid/setgid and that attribute itself
  *   prealloc=MIB     fault in MIB of data blocks before mounting, so that
  *                    first-touch page clearing is not timed (default 0)
  *   stats=PATH       at exit, write one "OPCODE COUNT NS" line per request type
@@ -125,13 +129,15 @@ struct floor {
         struct dentry **hash;
         size_t hsize, hcount;
         /* options */
-        int writeback, open, opendir, nopatch, default_permissions, flush, nocreate, noxattr;
+        int writeback, open, opendir, nopatch, default_permissions, flush, nocreate, noxattr, killpriv2;
         unsigned prealloc; /* MiB */
         double timeout;
         char *stats;
         /* INIT reply patch: kernel flags libfuse 3.14 forgets to send */
         uint32_t extra_flags;
         atomic_bool init_seen;
+        uint32_t kernel_minor, kernel_flags; /* what the kernel's INIT offered */
+        bool killpriv2_on;                   /* FUSE_HANDLE_KILLPRIV_V2 sent */
         atomic_uint_fast64_t counts[OPC__MAX];
         atomic_uint_fast64_t ns[OPC__MAX]; /* with stats: from reading a request to its reply */
 };
@@ -444,7 +450,11 @@ static bool may_delete(fuse_req_t req, const struct node *dir, const struct node
         return uid == 0 || uid == dir->uid || uid == victim->uid;
 }
 
-/* The caller writes to, truncates or chowns n: drop setuid / setgid. */
+static struct xattr **xattr_find(struct node *n, const char *name);
+
+/* The caller writes to, truncates or chowns n: drop setuid / setgid, and
+ * with HANDLE_KILLPRIV_V2 (the kernel no longer does it) the file
+ * capabilities. */
 static void kill_priv(fuse_req_t req, struct node *n, bool always) {
         if (!S_ISREG(n->mode))
                 return;
@@ -453,12 +463,28 @@ static void kill_priv(fuse_req_t req, struct node *n, bool always) {
         n->mode &= ~(mode_t)S_ISUID;
         if (n->mode & S_IXGRP)
                 n->mode &= ~(mode_t)S_ISGID;
+        struct xattr **p = F.killpriv2_on ? xattr_find(n, "security.capability") : NULL;
+        if (p && *p) {
+                struct xattr *x = *p;
+                *p = x->next;
+                free(x->value);
+                free(x);
+        }
 }
 
 /* ---- init / io ------------------------------------------------------- */
 
 static ssize_t io_read(int fd, void *buf, size_t len, void *ud) {
         ssize_t r = read(fd, buf, len);
+        const struct fuse_in_header *ih = buf;
+        if (r >= (ssize_t)(sizeof(*ih) + 16) && ih->opcode == FUSE_INIT) {
+                /* fuse_init_in: major, minor, max_readahead, flags (libfuse
+                 * 3.14 has no capability bit for HANDLE_KILLPRIV_V2) */
+                uint32_t in[4];
+                memcpy(in, (const char *)buf + sizeof(*ih), sizeof in);
+                F.kernel_minor = in[1];
+                F.kernel_flags = in[3];
+        }
         tls_op = -1;
         if (F.stats)
                 clock_gettime(CLOCK_MONOTONIC, &tls_start);
@@ -504,6 +530,10 @@ static void op_init(void *ud, struct fuse_conn_info *conn) {
                         F.extra_flags |= FUSE_PARALLEL_DIROPS;
                 if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV)
                         F.extra_flags |= FUSE_HANDLE_KILLPRIV;
+        }
+        if (F.killpriv2 && F.kernel_minor >= 33 && (F.kernel_flags & FUSE_HANDLE_KILLPRIV_V2)) {
+                F.extra_flags |= FUSE_HANDLE_KILLPRIV_V2;
+                F.killpriv2_on = true;
         }
         /* With no_open the kernel never sends the OPEN that would carry
          * O_TRUNC, so atomic_o_trunc must be off: the kernel then truncates
@@ -1490,6 +1520,7 @@ static const struct fuse_opt floor_opts[] = {
         FLOOR_OPT("flush", flush),
         FLOOR_OPT("nocreate", nocreate),
         FLOOR_OPT("noxattr", noxattr),
+        FLOOR_OPT("killpriv2", killpriv2),
         {"timeout=%lf", offsetof(struct floor, timeout), 0},
         {"prealloc=%u", offsetof(struct floor, prealloc), 0},
         {"stats=%s", offsetof(struct floor, stats), 0},
@@ -1504,7 +1535,7 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 
 static void usage(const char *prog) {
         printf("usage: %s MOUNTPOINT [-f] [-d] [-s] [-o opts]\n"
-               "floor options: writeback, open, opendir, flush, nocreate, noxattr, nopatch,\n"
+               "floor options: writeback, open, opendir, flush, nocreate, noxattr, nopatch, killpriv2,\n"
                "               timeout=SECS,\n"
                "               prealloc=MIB, stats=PATH,\n"
                "               default_permissions (else the daemon checks modes)\n",

@@ -2,6 +2,7 @@
 """Correctness checks of the FUSE floor (tools/fusefloor.c): a real mount,
 real syscalls, and a teardown that unmounts and stops the daemon even when a
 test fails."""
+import contextlib
 import errno
 import os
 import signal
@@ -22,14 +23,24 @@ def _mounted(path):
 
 @pytest.fixture
 def floor(tmp_path):
+    with mounted_floor(tmp_path) as (mnt, _):
+        yield mnt
+
+
+@contextlib.contextmanager
+def mounted_floor(tmp_path, opts=""):
+    """Mounts the floor at tmp_path/mnt with -o stats=...,OPTS; yields the
+    mountpoint and a function that returns the request counts so far
+    (valid after the unmount, which happens on leaving)."""
     if not os.path.exists(FLOOR):
         pytest.skip("no fusefloor at %s" % FLOOR)
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     stats = tmp_path / "stats"
     log = open(tmp_path / "log", "w+")
-    proc = subprocess.Popen([FLOOR, str(mnt), "-f", "-o", "stats=%s" % stats],
+    proc = subprocess.Popen([FLOOR, str(mnt), "-f", "-o", "stats=%s%s" % (stats, "," + opts if opts else "")],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    counts = {}
     try:
         for _ in range(100):
             if _mounted(str(mnt)):
@@ -38,13 +49,14 @@ def floor(tmp_path):
             time.sleep(0.05)
         else:
             pytest.fail("fusefloor did not mount")
-        yield mnt
+        yield mnt, lambda: counts
         # a clean unmount makes the daemon exit 0 and write its stats
         subprocess.run(["fusermount3", "-u", str(mnt)], check=True)
         assert proc.wait(timeout=10) == 0
         # "OPCODE COUNT NS": requests and the handlers' total time
         rows = {w[0]: (int(w[1]), int(w[2])) for w in (l.split() for l in stats.read_text().splitlines())}
         assert rows["LOOKUP"][0] > 0 and rows["LOOKUP"][1] > 0
+        counts.update({k: v[0] for k, v in rows.items()})
     finally:
         if _mounted(str(mnt)):
             subprocess.run(["fusermount3", "-uz", str(mnt)])
@@ -191,3 +203,31 @@ def test_git_and_tar_work(floor, tmp_path):
     subprocess.run(["tar", "-xf", str(tarball), "-C", str(floor / "out")], check=True)
     r = subprocess.run(["diff", "-r", str(src), str(floor / "out" / "src")])
     assert r.returncode == 0
+
+
+@pytest.mark.parametrize("killpriv2", [False, True])
+def test_killpriv2(tmp_path, killpriv2):
+    """-o killpriv2 gives the kernel FUSE_HANDLE_KILLPRIV_V2, as the ntfs mount
+    does (tools/bench-fs.sh's floorsame): the kernel then stops asking for
+    security.capability (a GETXATTR) before every write, and the floor drops
+    setuid and setgid itself when someone other than root writes."""
+    with mounted_floor(tmp_path, "allow_other,default_permissions,timeout=0" +
+                       (",killpriv2" if killpriv2 else "")) as (mnt, counts):
+        p = mnt / "f"
+        with open(p, "wb") as f:
+            for _ in range(32):
+                f.write(b"x" * 4096)
+                f.flush()
+        os.chmod(p, 0o6777)
+        # opened by root, written by nobody (the path is not nobody's to walk)
+        code = ("import os, sys; fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND); os.setgroups([]); "
+                "os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534); os.write(fd, b'more\\n')")
+        r = subprocess.run(["/usr/bin/python3", "-c", code, str(p)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert stat.S_IMODE(os.stat(p).st_mode) == 0o777
+        assert os.path.getsize(p) == 32 * 4096 + 5
+    getxattrs = counts().get("GETXATTR", 0)
+    if killpriv2:
+        assert getxattrs <= 4, counts()
+    else:
+        assert getxattrs >= 32, counts()
