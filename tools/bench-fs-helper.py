@@ -100,6 +100,16 @@ def fmt(v):
     return "%.3f" % v
 
 
+def print_table(head, rows):
+    """Prints a Markdown table, each column as wide as its widest cell."""
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    line = lambda r: "| " + " | ".join(c.ljust(widths[i]) for i, c in enumerate(r)) + " |"
+    print(line(head))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print(line(r))
+
+
 def report(tsv, reqs=None):
     vals = {}
     byrun = {}  # (workload, target) -> {run: value}
@@ -133,12 +143,7 @@ def report(tsv, reqs=None):
             return "%.2f" % (x / y) if x is not None and y else "-"
         row += [ratio(a, b) for a, b in pairs]
         rows.append(row)
-    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
-    line = lambda r: "| " + " | ".join(c.ljust(widths[i]) for i, c in enumerate(r)) + " |"
-    print(line(head))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for r in rows:
-        print(line(r))
+    print_table(head, rows)
     print("\nmedian of %d run(s); ratios are value/value (for s, < 1 is faster; "
           "for MB/s and IOPS, > 1 is faster)" % runs)
     if "ntfs" in present:
@@ -174,12 +179,7 @@ def requests(path, order, present):
     head = ["workload"] + fuse
     rows = [[w] + ["%d" % med(w, t, "ALL") if (w, t) in runs else "-" for t in fuse]
             for w in order if any((w, t) in runs for t in fuse)]
-    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
-    line = lambda r: "| " + " | ".join(c.ljust(widths[i]) for i, c in enumerate(r)) + " |"
-    print(line(head))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for r in rows:
-        print(line(r))
+    print_table(head, rows)
     print("\nby opcode (at least 1% of the row's requests):")
     for w in order:
         for t in fuse:

@@ -451,6 +451,7 @@ static bool may_delete(fuse_req_t req, const struct node *dir, const struct node
 }
 
 static struct xattr **xattr_find(struct node *n, const char *name);
+static void xattr_unlink(struct xattr **p);
 
 /* The caller writes to, truncates or chowns n: drop setuid / setgid, and
  * with HANDLE_KILLPRIV_V2 (the kernel no longer does it) the file
@@ -464,12 +465,8 @@ static void kill_priv(fuse_req_t req, struct node *n, bool always) {
         if (n->mode & S_IXGRP)
                 n->mode &= ~(mode_t)S_ISGID;
         struct xattr **p = F.killpriv2_on ? xattr_find(n, "security.capability") : NULL;
-        if (p && *p) {
-                struct xattr *x = *p;
-                *p = x->next;
-                free(x->value);
-                free(x);
-        }
+        if (p && *p)
+                xattr_unlink(p);
 }
 
 /* ---- init / io ------------------------------------------------------- */
@@ -1274,6 +1271,14 @@ static struct xattr **xattr_find(struct node *n, const char *name) {
         return p;
 }
 
+/* Takes *p (an attribute) off its list and frees it. */
+static void xattr_unlink(struct xattr **p) {
+        struct xattr *x = *p;
+        *p = x->next;
+        free(x->value);
+        free(x);
+}
+
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
                         size_t size, int flags) {
         COUNT(OPC_SETXATTR);
@@ -1392,10 +1397,7 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name) {
         struct xattr **p = n ? xattr_find(n, name) : NULL;
         int err = !n ? ENOENT : !is_owner(req, n) ? EPERM : !*p ? ENODATA : 0;
         if (!err) {
-                struct xattr *x = *p;
-                *p = x->next;
-                free(x->value);
-                free(x);
+                xattr_unlink(p);
                 now(&n->ctime);
         }
         UNLOCK();

@@ -82,9 +82,9 @@ def test_bench_archive_small(tmp_path):
     assert subprocess.run(["pgrep", "-f", "ntfsd --store " + str(tmp_path)]).returncode == 1
 
 
-def helper_report(raw):
-    r = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tools", "bench-fs-helper.py"), "report", str(raw)],
-                       capture_output=True, text=True, timeout=60)
+def helper_report(raw, *more):
+    r = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tools", "bench-fs-helper.py"), "report", str(raw)] +
+                       [str(m) for m in more], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return r
 
@@ -191,10 +191,7 @@ def test_report_requests(tmp_path):
                     "ntfs untar 1 ALL 700\nntfs untar 2 ALL 700\nntfs untar 3 ALL 701\n"
                     "ntfs untar 1 WRITE 700\nntfs untar 2 WRITE 700\nntfs untar 3 WRITE 700\n"
                     "ntfs untar 3 LOOKUP 1\n")
-    r = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tools", "bench-fs-helper.py"), "report", str(raw),
-                        str(reqs)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    out = r.stdout.split("FUSE requests per row")[1]
+    out = helper_report(raw, reqs).stdout.split("FUSE requests per row")[1]
     head, rows = table(out)
     assert head == ["workload", "floorsame", "ntfs"], out
     assert rows["untar"]["floorsame"] == "1100" and rows["untar"]["ntfs"] == "700", out
