@@ -189,7 +189,11 @@ mount_floorsame() {
         local maj min
         mount_floor "$1" "$2" "$FLOORSAME_OPTS"
         read -r maj min < <(stat -c '%Hd %Ld' "$1")
-        echo "$FLOORSAME_READAHEAD_KB" >"/sys/class/bdi/$maj:$min/read_ahead_kb"
+        # best effort, as ntfs's own mount does (fs/mount.c): without it the
+        # floor reads in the kernel's default read-ahead, which the report says
+        if ! echo "$FLOORSAME_READAHEAD_KB" 2>/dev/null >"/sys/class/bdi/$maj:$min/read_ahead_kb"; then
+                log "floorsame: could not set read_ahead_kb on bdi $maj:$min; left at $(cat "/sys/class/bdi/$maj:$min/read_ahead_kb" 2>/dev/null || echo unknown) KiB"
+        fi
 }
 umount_floorsame() { umount_fuse "$1"; }
 NTFS_MNT=
