@@ -61,6 +61,7 @@
  * this mount's kernel does not hear of. docs/mount.md. */
 #define MOUNT_TIMEOUT 86400.0
 #define MOUNT_SHARED_TIMEOUT 1.0
+#define MOUNT_DQ_MAX 256
 
 /* ---- the kernel's view: inodes and entries ------------------------------ */
 
@@ -132,6 +133,11 @@ struct ntfs_mount {
         pthread_t inval_thread;
         bool inval_thread_started, inval_requested, inval_quit;
         pthread_mutex_t inval_lock; /* serializes whole invalidation runs */
+        /* Inodes whose data another mount of the session changed, whose
+         * pages this kernel may hold (ws_data_changed): inval_main drops
+         * them. More than MOUNT_DQ_MAX at once: everything is invalidated. */
+        uint64_t dq[MOUNT_DQ_MAX];
+        size_t dq_n;
 };
 
 /* Debug trace (only with ntfs_mount_opts.debug, which also turns on
@@ -625,7 +631,21 @@ static void op_init(void *ud, struct fuse_conn_info *conn) {
         conn->max_write = MOUNT_MAX_WRITE;
         conn->max_readahead = MOUNT_MAX_WRITE;
         conn->time_gran = 1;
-        conn->want |= conn->capable & (FUSE_CAP_READDIRPLUS | FUSE_CAP_ASYNC_READ | FUSE_CAP_AUTO_INVAL_DATA);
+        conn->want |= conn->capable & (FUSE_CAP_READDIRPLUS | FUSE_CAP_ASYNC_READ);
+        /* No AUTO_INVAL_DATA (libfuse asks for it by default): with it the
+         * kernel drops a file's pages whenever a refreshed mtime differs
+         * from its own, and after every write(2) its own is stale, so a
+         * compiler's object file was read back from the daemon after each
+         * GETATTR. Only this mount changes the session's files while it is
+         * alone on it; rollback drops every page (ntfs_mount_invalidate_all),
+         * and a change through another mount of the session drops that
+         * file's (ws_data_changed). NTFS_FUSE_AUTO_INVAL=1 turns it back on
+         * (to measure it). */
+        const char *ai = getenv("NTFS_FUSE_AUTO_INVAL");
+        if (ai && *ai == '1')
+                conn->want |= conn->capable & FUSE_CAP_AUTO_INVAL_DATA;
+        else
+                conn->want &= ~(unsigned)FUSE_CAP_AUTO_INVAL_DATA;
         /* Always readdirplus: one READDIRPLUS instead of READDIR + a LOOKUP
          * per entry (ls -l, find, du, git status). */
         conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS_AUTO;
@@ -1424,6 +1444,46 @@ void ntfs_mount_invalidate_all(ntfs_mount *m) {
 
 static void ws_invalidated(ntfs_ws *ws, void *ud) { ntfs_mount_invalidate_all(ud); }
 
+/* Another mount of the session changed ino's data (the store calls this
+ * with its lock held, in the writer's thread): queue it for inval_main if
+ * this kernel knows the inode. Without FUSE_AUTO_INVAL_DATA nothing else
+ * would drop the pages it holds: a same-size rewrite changes only the
+ * mtime, which the kernel then does not compare. */
+static void ws_data_changed(ntfs_ws *ws, uint64_t ino, void *ud) {
+        (void)ws;
+        ntfs_mount *m = ud;
+        pthread_mutex_lock(&m->lock);
+        if (!m->inval_requested && kinode_find(m, ino)) {
+                bool queued = false;
+                for (size_t i = m->dq_n; i-- > 0 && !queued;)
+                        queued = m->dq[i] == ino;
+                if (!queued && m->dq_n == MOUNT_DQ_MAX) {
+                        m->inval_requested = true; /* too many: all of it */
+                        m->dq_n = 0;
+                } else if (!queued)
+                        m->dq[m->dq_n++] = ino;
+                pthread_cond_broadcast(&m->cond);
+        }
+        pthread_mutex_unlock(&m->lock);
+}
+
+/* Drops the queued inodes' attributes and pages in the kernel (inval_main,
+ * m->lock held on entry and exit). */
+static void drop_queued_data(ntfs_mount *m) {
+        uint64_t inos[MOUNT_DQ_MAX];
+        size_t n = m->dq_n;
+        memcpy(inos, m->dq, n * sizeof(inos[0]));
+        m->dq_n = 0;
+        if (m->stopping || m->loop_ended)
+                return;
+        pthread_mutex_unlock(&m->lock);
+        pthread_mutex_lock(&m->inval_lock);
+        for (size_t i = 0; i < n; i++)
+                (void)fuse_lowlevel_notify_inval_inode(m->se, inos[i], 0, 0);
+        pthread_mutex_unlock(&m->inval_lock);
+        pthread_mutex_lock(&m->lock);
+}
+
 /* The negative entries reached MOUNT_NEG_MAX: invalidate them in the kernel
  * and forget them (run by inval_main, never by a worker). Holds inval_lock
  * so that a rollback's invalidation does not interleave. */
@@ -1467,10 +1527,14 @@ static void *inval_main(void *p) {
         ntfs_mount *m = p;
         pthread_mutex_lock(&m->lock);
         for (;;) {
-                while (!m->inval_requested && !m->neg_purge && !m->inval_quit)
+                while (!m->inval_requested && !m->neg_purge && !m->dq_n && !m->inval_quit)
                         pthread_cond_wait(&m->cond, &m->lock);
                 if (m->inval_quit)
                         break;
+                if (m->dq_n && !m->inval_requested) {
+                        drop_queued_data(m);
+                        continue;
+                }
                 if (m->neg_purge && !m->inval_requested) {
                         pthread_mutex_unlock(&m->lock);
                         purge_negatives(m);
@@ -1478,6 +1542,7 @@ static void *inval_main(void *p) {
                         continue;
                 }
                 m->inval_requested = false;
+                m->dq_n = 0; /* the whole run drops those too */
                 pthread_mutex_unlock(&m->lock);
                 ntfs_mount_invalidate_all(m);
                 pthread_mutex_lock(&m->lock);
@@ -1678,6 +1743,7 @@ int ntfs_mount_stop(ntfs_mount *m) {
         int ret = 0;
 
         ntfs_ws_set_invalidate_cb(m->ws, NULL, NULL);
+        ntfs_ws_set_data_cb(m->ws, NULL, NULL);
         pthread_mutex_lock(&m->lock);
         m->stopping = true;
         while (m->cb_running > 0)
@@ -1804,6 +1870,8 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
                 mdebug("cannot install the INIT patch; running without it");
 
         ntfs_ws_set_invalidate_cb(ws, ws_invalidated, m);
+        if (!m->read_only)
+                ntfs_ws_set_data_cb(ws, ws_data_changed, m);
 
         /* The loop threads get every signal blocked: signals belong to the
          * program's own threads. */
@@ -1825,6 +1893,7 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
                         pthread_join(m->inval_thread, NULL);
                 }
                 ntfs_ws_set_invalidate_cb(ws, NULL, NULL);
+                ntfs_ws_set_data_cb(ws, NULL, NULL);
                 fuse_session_unmount(m->se);
                 mount_free(m);
                 return -r;

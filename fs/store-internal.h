@@ -269,6 +269,10 @@ struct ntfs_ws {
         ntfs_hash view_commit;
         void (*inval_cb)(ntfs_ws *, void *);
         void *inval_ud;
+        /* Told (lock held) when another handle on the session changed an
+         * inode's data (ntfs_ws_set_data_cb). */
+        void (*data_cb)(ntfs_ws *, uint64_t ino, void *);
+        void *data_ud;
         /* Inodes the kernel forgot, not yet looked at (ntfs_ws_forget):
          * the flusher frees the unlinked ones in one pass, so that a FORGET
          * (one per rm'd file) does not contend for the store lock with the

@@ -293,6 +293,14 @@ uint64_t ntfs_ws_generation(ntfs_ws *ws);
 bool ntfs_ws_shared(ntfs_ws *ws);
 /* Incremented each time the handle becomes shared. */
 uint64_t ntfs_ws_share_epoch(ntfs_ws *ws);
+/* While the session is shared, cb(ws, ino, ud) is called when another
+ * handle on it changed a file's data (write, truncate, fallocate), so that
+ * this handle's user can drop the pages its kernel cached: nothing else
+ * tells it, since a refreshed mtime does not (the mount asks the kernel not
+ * to compare them, docs/mount.md). cb runs with the store lock held, in the
+ * writer's thread: it must only queue. Once this returns, the old cb is not
+ * running and will not run. */
+void ntfs_ws_set_data_cb(ntfs_ws *ws, void (*cb)(ntfs_ws *, uint64_t ino, void *), void *ud);
 const char *ntfs_ws_session(const ntfs_ws *ws); /* NULL for a view */
 
 int ntfs_ws_lookup(ntfs_ws *ws, uint64_t parent, const char *name, struct ntfs_attr *ret);

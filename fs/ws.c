@@ -743,6 +743,23 @@ void ntfs_ws_set_invalidate_cb(ntfs_ws *ws, void (*cb)(ntfs_ws *, void *), void 
         pthread_mutex_unlock(&ws->st->inval_lock);
 }
 
+void ntfs_ws_set_data_cb(ntfs_ws *ws, void (*cb)(ntfs_ws *, uint64_t ino, void *), void *ud) {
+        pthread_mutex_lock(&ws->st->lock);
+        ws->data_cb = cb;
+        ws->data_ud = ud;
+        pthread_mutex_unlock(&ws->st->lock);
+}
+
+/* ino's data changed through c's handle: the session's other read-write
+ * handles hear of it (ntfs_ws_set_data_cb). Lock held. */
+static void data_changed(struct ctx *c, uint64_t ino) {
+        if (!__atomic_load_n(&c->ws->shared, __ATOMIC_ACQUIRE))
+                return;
+        for (ntfs_ws *w = c->st->wss; w; w = w->next)
+                if (w != c->ws && w->session && w->wsid == c->wsid && w->data_cb)
+                        w->data_cb(w, ino, w->data_ud);
+}
+
 uint64_t ntfs_ws_changes(ntfs_ws *ws) {
         pthread_mutex_lock(&ws->st->lock);
         uint64_t n = ws->changes;
@@ -1112,6 +1129,8 @@ ssize_t ntfs_ws_write(ntfs_ws *ws, uint64_t ino, const void *buf, size_t size, u
                 rec.mtime = rec.ctime = now_ns();
                 r = mark_dirty(&c, ino, &rec);
         }
+        if (r == 0)
+                data_changed(&c, ino);
         r = ctx_leave(&c, r);
         return r < 0 ? r : (ssize_t)done;
 }
@@ -1139,6 +1158,8 @@ int ntfs_ws_fallocate(ntfs_ws *ws, uint64_t ino, int mode, uint64_t off, uint64_
                         rec.ctime = now_ns();
                         r = mark_dirty(&c, ino, &rec);
                 }
+                if (r == 0)
+                        data_changed(&c, ino);
         }
         return ctx_leave(&c, r);
 }
@@ -1165,6 +1186,8 @@ int ntfs_ws_setattr(ntfs_ws *ws, uint64_t ino, const struct ntfs_attr *in, unsig
                 else if (in->size != rec.size) {
                         r = do_truncate(&c, ino, &rec, in->size);
                         rec.mtime = now;
+                        if (r == 0)
+                                data_changed(&c, ino);
                 }
         }
         if (r == 0) {

@@ -22,6 +22,9 @@
  *                    3.14 does not know), as the ntfs mount has: the kernel
  *                    stops asking for security.capability before writes, and
  *                    the floor drops setuid/setgid and that attribute itself
+ *   noautoinval      no FUSE_AUTO_INVAL_DATA (libfuse asks for it by default):
+ *                    the kernel then keeps a file's pages when a refreshed
+ *                    mtime differs from its own, as the ntfs mount does
  *   prealloc=MIB     fault in MIB of data blocks before mounting, so that
  *                    first-touch page clearing is not timed (default 0)
  *   stats=PATH       at exit, write one "OPCODE COUNT NS" line per request type
@@ -129,7 +132,8 @@ struct floor {
         struct dentry **hash;
         size_t hsize, hcount;
         /* options */
-        int writeback, open, opendir, nopatch, default_permissions, flush, nocreate, noxattr, killpriv2;
+        int writeback, open, opendir, nopatch, default_permissions, flush, nocreate, noxattr, killpriv2,
+                noautoinval;
         unsigned prealloc; /* MiB */
         double timeout;
         char *stats;
@@ -518,6 +522,8 @@ static void op_init(void *ud, struct fuse_conn_info *conn) {
         conn->want |= conn->capable & (FUSE_CAP_READDIRPLUS | FUSE_CAP_ASYNC_READ |
                                        FUSE_CAP_PARALLEL_DIROPS | FUSE_CAP_HANDLE_KILLPRIV);
         conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS_AUTO; /* always plus */
+        if (F.noautoinval)
+                conn->want &= ~(unsigned)FUSE_CAP_AUTO_INVAL_DATA;
         if (F.writeback && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
                 conn->want |= FUSE_CAP_WRITEBACK_CACHE;
         else
@@ -1523,6 +1529,7 @@ static const struct fuse_opt floor_opts[] = {
         FLOOR_OPT("nocreate", nocreate),
         FLOOR_OPT("noxattr", noxattr),
         FLOOR_OPT("killpriv2", killpriv2),
+        FLOOR_OPT("noautoinval", noautoinval),
         {"timeout=%lf", offsetof(struct floor, timeout), 0},
         {"prealloc=%u", offsetof(struct floor, prealloc), 0},
         {"stats=%s", offsetof(struct floor, stats), 0},
@@ -1538,6 +1545,7 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 static void usage(const char *prog) {
         printf("usage: %s MOUNTPOINT [-f] [-d] [-s] [-o opts]\n"
                "floor options: writeback, open, opendir, flush, nocreate, noxattr, nopatch, killpriv2,\n"
+               "               noautoinval,\n"
                "               timeout=SECS,\n"
                "               prealloc=MIB, stats=PATH,\n"
                "               default_permissions (else the daemon checks modes)\n",

@@ -231,3 +231,26 @@ def test_killpriv2(tmp_path, killpriv2):
         assert getxattrs <= 4, counts()
     else:
         assert getxattrs >= 32, counts()
+
+
+@pytest.mark.parametrize("noautoinval", [False, True])
+def test_noautoinval(tmp_path, noautoinval):
+    """-o noautoinval turns off FUSE_AUTO_INVAL_DATA, as the ntfs mount does
+    (tools/bench-fs.sh's floorsame): with it, every attribute refresh after
+    a write finds a new mtime and drops the file's pages, so reading back
+    what was just written costs a READ; without it the pages stay."""
+    with mounted_floor(tmp_path, "timeout=0" + (",noautoinval" if noautoinval else "")) as (mnt, counts):
+        fd = os.open(mnt / "f", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            for i in range(32):
+                block = bytes([65 + i % 26]) * 4096
+                assert os.pwrite(fd, block, i * 4096) == 4096
+                assert os.fstat(fd).st_size == (i + 1) * 4096  # a GETATTR (timeout 0)
+                assert os.pread(fd, 4096, i * 4096) == block
+        finally:
+            os.close(fd)
+    reads = counts().get("READ", 0)
+    if noautoinval:
+        assert reads <= 2, counts()
+    else:
+        assert reads >= 30, counts()

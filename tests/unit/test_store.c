@@ -2732,6 +2732,55 @@ TEST(second_handle_shares_the_session) {
         rm_rf(tmpdir);
 }
 
+/* While a session is shared, a change of a file's data through one handle
+ * is told to the others' data callbacks (ntfs_ws_set_data_cb), not to its
+ * own, and not while the handle is alone on the session. */
+static uint64_t data_seen[8];
+static size_t ndata_seen;
+static void note_data(ntfs_ws *ws, uint64_t ino, void *ud) {
+        (void)ws;
+        (void)ud;
+        if (ndata_seen < 8)
+                data_seen[ndata_seen] = ino;
+        ndata_seen++;
+}
+
+TEST(data_changes_reach_the_other_handles) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ntfs_ws *a, *b;
+        ASSERT_OK(ntfs_ws_open(st, "s", &a));
+        ntfs_ws_set_data_cb(a, note_data, NULL);
+        uint64_t f = mkfile(a, NTFS_ROOT_INO, "f", "one");
+        ASSERT_EQ(ntfs_ws_write(a, f, "two", 3, 0, false), 3); /* alone */
+        ASSERT_EQ(ndata_seen, 0);
+        ASSERT_OK(ntfs_ws_open(st, "s", &b));
+        ntfs_ws_set_data_cb(b, note_data, NULL);
+        ASSERT_EQ(ntfs_ws_write(a, f, "six", 3, 0, false), 3); /* b hears */
+        ASSERT_EQ(ndata_seen, 1);
+        ASSERT_EQ(data_seen[0], f);
+        struct ntfs_attr in = { .size = 1 }, out;
+        ASSERT_OK(ntfs_ws_setattr(b, f, &in, NTFS_SET_SIZE, &out)); /* a hears */
+        ASSERT_OK(ntfs_ws_fallocate(b, f, 0, 0, 100));
+        in.mode = 0600;
+        ASSERT_OK(ntfs_ws_setattr(b, f, &in, NTFS_SET_MODE, &out)); /* no data */
+        ASSERT_EQ(ndata_seen, 3);
+        ASSERT_EQ(data_seen[1], f);
+        ASSERT_EQ(data_seen[2], f);
+        ntfs_ws_set_data_cb(b, NULL, NULL); /* unhooked: not called */
+        ASSERT_EQ(ntfs_ws_write(a, f, "x", 1, 0, false), 1);
+        ASSERT_EQ(ndata_seen, 3);
+        ntfs_ws_close(b);
+        ASSERT_EQ(ntfs_ws_write(a, f, "y", 1, 0, false), 1);
+        ASSERT_EQ(ndata_seen, 3);
+        ntfs_ws_set_data_cb(a, NULL, NULL);
+        fsck_clean(st);
+        ntfs_ws_close(a);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
 /* ino_put leaves records in the inode cache until the batch commits or the
  * slot is wanted (ws.c). More inodes than the cache has slots, each changed
  * twice, force evictions and a full pending list; gc and fsck, with
@@ -2833,6 +2882,7 @@ int main(void) {
         RUN(queued_forgets_are_freed_a_slice_at_a_time);
         RUN(orphan_of_a_dead_process_is_purged);
         RUN(second_handle_shares_the_session);
+        RUN(data_changes_reach_the_other_handles);
         RUN(session_counters_reach_the_batch);
         RUN(crash_points);
         RUN(commits_sync_the_bytes_they_name);
