@@ -14,6 +14,9 @@
  *     FUSE_HANDLE_KILLPRIV_V2, which libfuse 3.14 does not know at all
  *   - request counts per opcode (NTFS_FUSE_STATS=PATH, written at stop)
  *   - the mount's read-ahead, raised to max_write through sysfs
+ *   - while the session is shared, the pages of files another mount of it
+ *     changed, dropped in this kernel (ws_data_changed; the mount has no
+ *     FUSE_AUTO_INVAL_DATA)
  * docs/mount.md describes the options and the lifecycle.
  */
 #define FUSE_USE_VERSION 314
