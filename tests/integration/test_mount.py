@@ -393,6 +393,16 @@ def _bdi_read_ahead_kb(path):
         return int(f.read())
 
 
+def _read_stats(path):
+    """NTFS_FUSE_STATS's file: "OPCODE COUNT NS" lines -> {opcode: (count, ns)}."""
+    with open(path) as f:
+        return {w[0]: (int(w[1]), int(w[2])) for w in (line.split() for line in f) if w}
+
+
+def _request_counts(path):
+    return {op: count for op, (count, _) in _read_stats(path).items()}
+
+
 def _cold_sequential_read_count(mounter, store_dir, scratch, monkeypatch, name, readahead_kb=None):
     """Writes 8 MiB, drops the kernel's copy, reads it back in 1 MiB reads;
     returns (the bdi's read_ahead_kb, the READ requests the daemon saw)."""
@@ -417,9 +427,7 @@ def _cold_sequential_read_count(mounter, store_dir, scratch, monkeypatch, name, 
         os.close(fd)
     assert got == data
     m.stop()
-    with open(stats) as f:  # "OPCODE COUNT NS": requests, handlers' total time
-        rows = {w[0]: (int(w[1]), int(w[2])) for w in (line.split() for line in f) if w}
-    reads, read_ns = rows.get("READ", (0, 0))
+    reads, read_ns = _read_stats(stats).get("READ", (0, 0))
     assert read_ns > 0 or reads == 0
     return ra, reads
 
@@ -456,18 +464,17 @@ def test_entries_and_attributes_stay_cached(mounter, store_dir, scratch, monkeyp
         assert os.stat(f).st_size == 0
         assert not os.path.exists(missing)
     m.stop()
-    with open(stats) as fh:
-        rows = {w[0]: int(w[1]) for w in (line.split() for line in fh) if w}
+    rows = _request_counts(stats)
     # f's negative LOOKUP before its MKNOD, and nope's one
     assert rows.get("LOOKUP", 0) <= 2, rows
     assert rows.get("GETATTR", 0) <= 2, rows  # the root's, after the create
 
 
 def _readback_counts(mounter, store_dir, scratch, monkeypatch, name, auto_inval):
-    """Writes 32 pages one by one, each followed by an fstat after an
-    lseek to the end (the kernel refreshes the size: a GETATTR) and a read
-    of the page back, as an assembler does with its object file; returns
-    the daemon's request counts."""
+    """Writes 32 pages one by one, each followed by an lseek to the end
+    (the kernel refreshes the size: a GETATTR) and a read of the page
+    back, as an assembler does with its object file; returns the daemon's
+    request counts."""
     stats = os.path.join(scratch, f"stats-{name}")
     monkeypatch.setenv("NTFS_FUSE_STATS", stats)
     monkeypatch.setenv("NTFS_FUSE_AUTO_INVAL", "1" if auto_inval else "0")
@@ -482,8 +489,7 @@ def _readback_counts(mounter, store_dir, scratch, monkeypatch, name, auto_inval)
     finally:
         os.close(fd)
     m.stop()
-    with open(stats) as fh:
-        return {w[0]: int(w[1]) for w in (line.split() for line in fh) if w}
+    return _request_counts(stats)
 
 
 def test_written_pages_stay_cached(mounter, store_dir, scratch, monkeypatch):
