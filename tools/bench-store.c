@@ -3,6 +3,7 @@
  *
  *   bench-store [--small N] [--big N] [--quick] [--reps N] [--git-reps N]
  *               [--dir DIR] [--seed N] [--no-git]
+ *   bench-store --per-file N [--dir DIR] [--native-dir DIR]
  *
  * For a workspace of --small files (default 1,000) and one of --big files
  * (default 100,000), built through the ntfs_ws_* API as a tree of
@@ -1053,11 +1054,220 @@ static void report(const struct result *s, const struct result *b, unsigned reps
         printf("\n%u PASS, %u MISS (timing misses do not change the exit status)\n", g_pass, g_miss);
 }
 
+/* ---- --per-file: the store's own work per file created and removed --------------
+ * What the FUSE mount asks of the store for each file of the benchmark's
+ * creates row (tools/bench-fs-helper.py: open O_CREAT|O_EXCL, write 100 B,
+ * close): a LOOKUP that misses, a MKNOD, a GETATTR and a WRITE; and for
+ * each file of rm -rf an UNLINK and the FORGET that follows. Timed call
+ * by call through ntfs_ws_*, without FUSE, against the same four steps as
+ * system calls on a native directory (under --native-dir, default --dir:
+ * a tmpfs such as /dev/shm is the steadier baseline, since this kind of
+ * machine's ext4 creates swing widely), in the same process,
+ * rounds alternating. It tells the store's part of a create apart from what
+ * /dev/fuse and scheduling cost (docs/bench-fs.md). */
+
+enum { CR_LOOKUP, CR_MKNOD, CR_GETATTR, CR_WRITE, CR_UNLINK, CR_N };
+static const char *const cr_names[CR_N] = { "lookup (missing)", "create", "getattr", "write 100 B", "unlink" };
+#define CR_ROUNDS 3
+
+/* A create's four steps, timed at t[0..4]. */
+static void create_account(int64_t ns[CR_N], const int64_t t[CR_UNLINK + 1]) {
+        for (int k = 0; k < CR_UNLINK; k++)
+                ns[k] += t[k + 1] - t[k];
+}
+
+static void per_file_us(double us[CR_N], const int64_t ns[CR_N], uint64_t n) {
+        for (int k = 0; k < CR_N; k++)
+                us[k] = (double)ns[k] / 1e3 / (double)n;
+}
+
+static int per_file_store(const char *parent, uint64_t n, double us[CR_N]) {
+        int slot = 0, r = scratch_make(slot, parent, "per-file-store");
+        if (r < 0) {
+                fprintf(stderr, "bench-store: scratch directory in %s: %s\n", parent, strerror(-r));
+                return r;
+        }
+        ntfs_store *st = NULL;
+        ntfs_ws *ws = NULL;
+        struct ntfs_attr d, a, g;
+        uint8_t data[CHANGE_LEN];
+        int64_t ns[CR_N] = { 0 };
+        memset(data, 'x', sizeof data);
+        if ((r = open_store(g_scratch[slot], &st)) < 0)
+                goto out;
+        if ((r = ntfs_session_create(st, "per-file", NULL, NULL)) < 0 ||
+            (r = ntfs_ws_open(st, "per-file", &ws)) < 0 ||
+            (r = ntfs_ws_mkdir(ws, NTFS_ROOT_INO, "c", 0755, 0, 0, &d)) < 0) {
+                r = fail_store("per-file setup", r);
+                goto out;
+        }
+        for (uint64_t i = 0; i < n && !g_stop; i++) {
+                char name[32];
+                name_file(i, name, sizeof name);
+                int64_t t0 = ntfs_mono_ns();
+                r = ntfs_ws_lookup(ws, d.ino, name, &a);
+                int64_t t1 = ntfs_mono_ns();
+                if (r != -ENOENT) {
+                        r = fail_store("lookup of a missing name", r < 0 ? r : -EEXIST);
+                        goto out;
+                }
+                if ((r = ntfs_ws_mknod(ws, d.ino, name, S_IFREG | 0644, 0, 0, 0, &a)) < 0) {
+                        r = fail_store("mknod", r);
+                        goto out;
+                }
+                int64_t t2 = ntfs_mono_ns();
+                if ((r = ntfs_ws_getattr(ws, a.ino, &g)) < 0) {
+                        r = fail_store("getattr", r);
+                        goto out;
+                }
+                int64_t t3 = ntfs_mono_ns();
+                ssize_t w = ntfs_ws_write(ws, a.ino, data, sizeof data, 0, false);
+                int64_t t4 = ntfs_mono_ns();
+                if (w != (ssize_t)sizeof data) {
+                        r = fail_store("write", w < 0 ? (int)w : -EIO);
+                        goto out;
+                }
+                create_account(ns, (const int64_t[]){ t0, t1, t2, t3, t4 });
+        }
+        /* then rm: each name unlinked, and its inode forgotten as the
+         * kernel's FORGET does (queued; the flusher frees it) */
+        for (uint64_t i = 0; i < n && !g_stop; i++) {
+                char name[32];
+                name_file(i, name, sizeof name);
+                if ((r = ntfs_ws_lookup(ws, d.ino, name, &a)) < 0) {
+                        r = fail_store("lookup", r);
+                        goto out;
+                }
+                int64_t t0 = ntfs_mono_ns();
+                r = ntfs_ws_unlink(ws, d.ino, name);
+                if (r == 0)
+                        ntfs_ws_forget(ws, a.ino);
+                ns[CR_UNLINK] += ntfs_mono_ns() - t0;
+                if (r < 0) {
+                        r = fail_store("unlink", r);
+                        goto out;
+                }
+        }
+        r = g_stop ? -EINTR : 0;
+        per_file_us(us, ns, n);
+out:
+        if (ws)
+                ntfs_ws_close(ws);
+        if (st)
+                ntfs_store_close(st);
+        scratch_drop(slot);
+        return r;
+}
+
+static int per_file_native(const char *parent, uint64_t n, double us[CR_N]) {
+        int slot = 1, r = scratch_make(slot, parent, "per-file-native");
+        if (r < 0)
+                return r;
+        int dfd = open(g_scratch[slot], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        uint8_t data[CHANGE_LEN];
+        int64_t ns[CR_N] = { 0 };
+        memset(data, 'x', sizeof data);
+        if (dfd < 0) {
+                r = -errno;
+                goto out;
+        }
+        for (uint64_t i = 0; i < n && !g_stop; i++) {
+                char name[32];
+                struct stat sb;
+                name_file(i, name, sizeof name);
+                int64_t t0 = ntfs_mono_ns();
+                int e = fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0 ? errno : 0;
+                int64_t t1 = ntfs_mono_ns();
+                if (e != ENOENT) {
+                        r = e ? -e : -EEXIST;
+                        goto out;
+                }
+                int fd = openat(dfd, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+                int64_t t2 = ntfs_mono_ns();
+                if (fd < 0) {
+                        r = -errno;
+                        goto out;
+                }
+                int rs = fstat(fd, &sb);
+                int64_t t3 = ntfs_mono_ns();
+                ssize_t w = rs < 0 ? -1 : write(fd, data, sizeof data);
+                int64_t t4 = ntfs_mono_ns();
+                if (w != (ssize_t)sizeof data)
+                        r = w < 0 ? -errno : -EIO;
+                close(fd);
+                if (r < 0)
+                        goto out;
+                create_account(ns, (const int64_t[]){ t0, t1, t2, t3, t4 });
+        }
+        for (uint64_t i = 0; i < n && !g_stop; i++) {
+                char name[32];
+                name_file(i, name, sizeof name);
+                int64_t t0 = ntfs_mono_ns();
+                int e = unlinkat(dfd, name, 0) < 0 ? -errno : 0;
+                ns[CR_UNLINK] += ntfs_mono_ns() - t0;
+                if (e < 0) {
+                        r = e;
+                        goto out;
+                }
+        }
+        r = g_stop ? -EINTR : 0;
+        per_file_us(us, ns, n);
+out:
+        if (dfd >= 0)
+                close(dfd);
+        scratch_drop(slot);
+        return r;
+}
+
+/* Prints the medians of CR_ROUNDS alternating rounds per step, and their sum. */
+static int run_per_file(const char *parent, const char *native, uint64_t n) {
+        double s[CR_ROUNDS][CR_N], v[CR_ROUNDS][CR_N], ms[CR_N + 1], mv[CR_N + 1];
+        for (int round = 0; round < CR_ROUNDS; round++) {
+                progress("per-file: round %d of %d, %" PRIu64 " files in the store, then natively\n", round + 1,
+                         CR_ROUNDS, n);
+                int r = per_file_store(parent, n, s[round]);
+                if (r == 0) {
+                        settle(parent);
+                        r = per_file_native(native, n, v[round]);
+                        if (r < 0)
+                                fprintf(stderr, "bench-store: native files in %s: %s\n", native, strerror(-r));
+                }
+                if (r < 0)
+                        return r;
+                settle(native);
+        }
+        for (int k = 0; k <= CR_N; k++) { /* k == CR_N: a create's four steps together */
+                double a[CR_ROUNDS], b[CR_ROUNDS];
+                for (int round = 0; round < CR_ROUNDS; round++) {
+                        a[round] = b[round] = 0;
+                        for (int j = 0; j < CR_N; j++) {
+                                if (j == k || (k == CR_N && j < CR_UNLINK)) {
+                                        a[round] += s[round][j];
+                                        b[round] += v[round][j];
+                                }
+                        }
+                }
+                ms[k] = median(a, CR_ROUNDS);
+                mv[k] = median(b, CR_ROUNDS);
+        }
+        printf("# bench-store --per-file: %" PRIu64 " files in one directory, median of %d alternating rounds\n", n,
+               CR_ROUNDS);
+        printf("# store: ntfs_ws_* calls on a store in %s (%s); native: system calls in %s (%s)\n", parent,
+               fs_name(parent), native, fs_name(native));
+        printf("| step per file      | store, us | native, us | store/native |\n");
+        printf("|--------------------|-----------|------------|--------------|\n");
+        for (int k = 0; k <= CR_N; k++)
+                printf("| %-18s | %9.2f | %10.2f | %12.2f |\n", k < CR_N ? cr_names[k] : "a create (4 above)",
+                       ms[k], mv[k], mv[k] > 0 ? ms[k] / mv[k] : 0.0);
+        return 0;
+}
+
 /* ---- main ----------------------------------------------------------------------------- */
 
 static void usage(FILE *f) {
         fprintf(f, "usage: bench-store [--small N] [--big N] [--quick] [--reps N] [--git-reps N]\n"
                    "                   [--dir DIR] [--seed N] [--no-git]\n"
+                   "       bench-store --per-file N [--dir DIR] [--native-dir DIR]\n"
                    "  --small N     files in the small workspace (default 1000)\n"
                    "  --big N       files in the big workspace (default 100000)\n"
                    "  --quick       smoke test: 1000 and 10000 files, 5 reps, 1 git rep\n"
@@ -1065,7 +1275,11 @@ static void usage(FILE *f) {
                    "  --git-reps N  repetitions of the git commit (default 3)\n"
                    "  --dir DIR     where the scratch store and git tree go (default $TMPDIR or /tmp)\n"
                    "  --seed N      content seed (default 1)\n"
-                   "  --no-git      skip the git comparison\n");
+                   "  --no-git      skip the git comparison\n"
+                   "  --per-file N  only this: the store's own time per file created (lookup,\n"
+                   "                create, getattr, write) and removed (unlink), against the\n"
+                   "                same system calls on a native directory; N files (e.g. 20000)\n"
+                   "  --native-dir DIR  with --per-file: where the native files go (default --dir)\n");
 }
 
 static int parse_num(const char *opt, const char *v, uint64_t min, uint64_t max, uint64_t *ret) {
@@ -1077,9 +1291,9 @@ static int parse_num(const char *opt, const char *v, uint64_t min, uint64_t max,
 }
 
 int main(int argc, char **argv) {
-        uint64_t small = 1000, big = 100000, reps = 20, git_reps = 3, seed = 1;
+        uint64_t small = 1000, big = 100000, reps = 20, git_reps = 3, seed = 1, per_file = 0;
         bool quick = false, no_git = false, set_small = false, set_big = false, set_reps = false, set_git = false;
-        const char *dir = getenv("TMPDIR");
+        const char *dir = getenv("TMPDIR"), *native_dir = NULL;
         (void)ntfs_malloc_tune(); /* as the daemons do */
         if (!dir || !*dir)
                 dir = "/tmp";
@@ -1107,12 +1321,18 @@ int main(int argc, char **argv) {
                 } else if (strcmp(a, "--git-reps") == 0) {
                         r = parse_num(a, v, 1, MAX_REPS, &git_reps);
                         set_git = true;
+                } else if (strcmp(a, "--per-file") == 0) {
+                        r = parse_num(a, v, 1, MAX_FILES, &per_file);
                 } else if (strcmp(a, "--seed") == 0) {
                         r = parse_num(a, v, 0, UINT64_MAX, &seed);
                 } else if (strcmp(a, "--dir") == 0) {
                         if (!v || !*v)
                                 r = -1;
                         dir = v;
+                } else if (strcmp(a, "--native-dir") == 0) {
+                        if (!v || !*v)
+                                r = -1;
+                        native_dir = v;
                 } else {
                         fprintf(stderr, "bench-store: unknown argument '%s'\n", a);
                         r = -1;
@@ -1133,10 +1353,15 @@ int main(int argc, char **argv) {
                 if (!set_git)
                         git_reps = 1;
         }
+        if (!native_dir)
+                native_dir = dir;
         struct stat sb;
-        if (stat(dir, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
-                fprintf(stderr, "bench-store: %s is not a directory\n", dir);
-                return 2;
+        for (int k = 0; k < 2; k++) {
+                const char *d = k ? native_dir : dir;
+                if (stat(d, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
+                        fprintf(stderr, "bench-store: %s is not a directory\n", d);
+                        return 2;
+                }
         }
 
         g_t_start = ntfs_mono_ns();
@@ -1145,6 +1370,12 @@ int main(int argc, char **argv) {
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
         setvbuf(stdout, NULL, _IOLBF, 0);
+
+        if (per_file) {
+                int rc = run_per_file(dir, native_dir, per_file) < 0 || g_stop ? 1 : 0;
+                scratch_drop_all();
+                return rc;
+        }
 
         static struct result res[2];
         struct layout lay[2];
