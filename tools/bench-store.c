@@ -1059,7 +1059,7 @@ static void report(const struct result *s, const struct result *b, unsigned reps
  * creates row (tools/bench-fs-helper.py: open O_CREAT|O_EXCL, write 100 B,
  * close): a LOOKUP that misses, a MKNOD, a GETATTR and a WRITE; and for
  * each file of rm -rf an UNLINK and the FORGET that follows. Timed call
- * by call through ntfs_ws_*, without FUSE, against the same four steps as
+ * by call through ntfs_ws_*, without FUSE, against the same steps as
  * system calls on a native directory (under --native-dir, default --dir:
  * a tmpfs such as /dev/shm is the steadier baseline, since this kind of
  * machine's ext4 creates swing widely), in the same process,
