@@ -1219,7 +1219,17 @@ out:
         return r;
 }
 
-/* Prints the medians of CR_ROUNDS alternating rounds per step, and their sum. */
+/* One round's time for step k; k == CR_N: a create's four steps together. */
+static double step_us(const double row[CR_N], int k) {
+        if (k < CR_N)
+                return row[k];
+        double sum = 0;
+        for (int j = 0; j < CR_UNLINK; j++)
+                sum += row[j];
+        return sum;
+}
+
+/* Prints the medians of CR_ROUNDS alternating rounds per step, and a create's sum. */
 static int run_per_file(const char *parent, const char *native, uint64_t n) {
         double s[CR_ROUNDS][CR_N], v[CR_ROUNDS][CR_N], ms[CR_N + 1], mv[CR_N + 1];
         for (int round = 0; round < CR_ROUNDS; round++) {
@@ -1236,16 +1246,11 @@ static int run_per_file(const char *parent, const char *native, uint64_t n) {
                         return r;
                 settle(native);
         }
-        for (int k = 0; k <= CR_N; k++) { /* k == CR_N: a create's four steps together */
+        for (int k = 0; k <= CR_N; k++) {
                 double a[CR_ROUNDS], b[CR_ROUNDS];
                 for (int round = 0; round < CR_ROUNDS; round++) {
-                        a[round] = b[round] = 0;
-                        for (int j = 0; j < CR_N; j++) {
-                                if (j == k || (k == CR_N && j < CR_UNLINK)) {
-                                        a[round] += s[round][j];
-                                        b[round] += v[round][j];
-                                }
-                        }
+                        a[round] = step_us(s[round], k);
+                        b[round] = step_us(v[round], k);
                 }
                 ms[k] = median(a, CR_ROUNDS);
                 mv[k] = median(b, CR_ROUNDS);
