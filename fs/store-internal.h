@@ -187,6 +187,11 @@ struct ntfs_store {
         pthread_mutex_t lock;
         atomic_int lock_wanted;   /* threads waiting in store_enter() */
         atomic_uint lock_taken;   /* store_enter() acquisitions, wrapping */
+        /* READ replies being copied with the lock released (the copy gate,
+         * store_copy_begin); copy_mu and copy_cond guard its last drop */
+        atomic_int copies;
+        pthread_mutex_t copy_mu;
+        pthread_cond_t copy_cond;
         pthread_mutex_t inval_lock; /* held while invalidate callbacks run */
         MDB_txn *txn;          /* the batch transaction, NULL when none open */
         int64_t txn_started;   /* mono ns */
@@ -286,6 +291,26 @@ struct ntfs_ws {
  * store_enter() first and store_leave() last. */
 int store_enter(ntfs_store *st);
 void store_leave(ntfs_store *st);
+/* The copy gate. A read reply may be copied with the lock released, from
+ * pointers into LMDB's map and the data files' mappings, so that two READs
+ * copy at once. Everything that could move or change what such a pointer
+ * shows takes the lock with store_lock() (store_enter() does), which waits
+ * for the copies in flight; a reader takes it with store_enter_reader(),
+ * which does not, and must change nothing that a copy may be reading. */
+/* pthread_mutex_lock(&st->lock), then waits until no copy is in flight:
+ * no new one can start meanwhile, since starting one takes the lock. */
+void store_lock(ntfs_store *st);
+/* Waits until no copy is in flight (lock held). */
+void store_wait_copies(ntfs_store *st);
+/* store_enter() for a caller that only reads records and maps data files,
+ * and so can run beside copies in flight. */
+int store_enter_reader(ntfs_store *st);
+/* Lock held, entered by store_enter_reader(): whether this call's copy may
+ * run unlocked, that is, whether leaving now would neither commit nor
+ * unmap (which would have to wait for copies, this one included). If so,
+ * the copy counts as in flight until store_copy_end(). */
+bool store_copy_begin(ntfs_store *st);
+void store_copy_end(ntfs_store *st);
 /* Aborts the batch transaction, if any. Lock held. */
 void store_abort_locked(ntfs_store *st);
 /* Commits the batch transaction (durable: also fsync). Lock held. */

@@ -3,11 +3,12 @@
  * sessions, refs, tags and the reflog.
  *
  * One process owns a store (flock on dir/lock). LMDB is opened with
- * MDB_NOLOCK: this process serializes every access with st->lock and keeps
- * one long-lived write transaction (the "batch") that collects working
- * state writes; it is committed every NTFS_STORE_FLUSH_MS by the flusher
- * thread, when it grows past BATCH_MAX_BYTES, and durably (fsync) on every
- * checkpoint, ref change and fsync. MDB_NOMETASYNC keeps integrity across a
+ * MDB_NOLOCK: this process serializes every access with st->lock (a READ
+ * reply's copy may run outside it, behind the copy gate: store_copy_begin)
+ * and keeps one long-lived write transaction (the "batch") that collects
+ * working state writes; it is committed every NTFS_STORE_FLUSH_MS by the
+ * flusher thread, when it grows past BATCH_MAX_BYTES, and durably (fsync) on
+ * every checkpoint, ref change and fsync. MDB_NOMETASYNC keeps integrity across a
  * system crash (a crash may undo the last unsynced batch, never corrupt).
  */
 #include <errno.h>
@@ -183,19 +184,65 @@ int store_fresh_txn(ntfs_store *st) {
         return r;
 }
 
-int store_enter(ntfs_store *st) {
+void store_wait_copies(ntfs_store *st) {
+        if (!atomic_load_explicit(&st->copies, memory_order_acquire))
+                return;
+        pthread_mutex_lock(&st->copy_mu);
+        while (atomic_load_explicit(&st->copies, memory_order_acquire))
+                pthread_cond_wait(&st->copy_cond, &st->copy_mu);
+        pthread_mutex_unlock(&st->copy_mu);
+}
+
+void store_lock(ntfs_store *st) {
+        pthread_mutex_lock(&st->lock);
+        store_wait_copies(st);
+}
+
+static int enter(ntfs_store *st, bool reader) {
         atomic_fetch_add_explicit(&st->lock_wanted, 1, memory_order_relaxed);
         pthread_mutex_lock(&st->lock);
         atomic_fetch_sub_explicit(&st->lock_wanted, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&st->lock_taken, 1, memory_order_relaxed);
+        /* a reader waits too when it must begin the batch: that may grow
+         * LMDB's map, which moves every page a copy could be reading */
+        if (!reader || !st->txn)
+                store_wait_copies(st);
         int r = txn_begin(st);
         if (r < 0)
                 pthread_mutex_unlock(&st->lock);
         return r;
 }
 
+int store_enter(ntfs_store *st) { return enter(st, false); }
+
+int store_enter_reader(ntfs_store *st) { return enter(st, true); }
+
+static bool settle_due(const ntfs_store *st) {
+        return st->txn && (st->txn_broken || st->txn_bytes > BATCH_MAX_BYTES);
+}
+
+bool store_copy_begin(ntfs_store *st) {
+        if (settle_due(st) || st->noldmaps)
+                return false;
+        atomic_fetch_add_explicit(&st->copies, 1, memory_order_relaxed);
+        return true;
+}
+
+void store_copy_end(ntfs_store *st) {
+        /* under copy_mu, so that a waiter cannot miss the last one */
+        pthread_mutex_lock(&st->copy_mu);
+        if (atomic_fetch_sub_explicit(&st->copies, 1, memory_order_release) == 1)
+                pthread_cond_broadcast(&st->copy_cond);
+        pthread_mutex_unlock(&st->copy_mu);
+}
+
 void store_settle_locked(ntfs_store *st) {
-        if (st->txn && (st->txn_broken || st->txn_bytes > BATCH_MAX_BYTES)) {
+        /* a reader's lock did not wait for the copies in flight: a commit
+         * or an unmap does (store_copy_begin keeps a reader's own copy out
+         * of the count when its leave would) */
+        if (settle_due(st) || st->noldmaps)
+                store_wait_copies(st);
+        if (settle_due(st)) {
                 int r = store_commit_locked(st, false);
                 if (r < 0)
                         log_warn("store: batch commit failed: %s", ntfs_strerror(r));
@@ -219,7 +266,7 @@ void store_run_invalidations(ntfs_store *st) {
                 void (*cb)(ntfs_ws *, void *) = NULL;
                 void *ud = NULL;
                 ntfs_ws *target = NULL;
-                pthread_mutex_lock(&st->lock);
+                store_lock(st);
                 for (ntfs_ws *w = st->wss; w; w = w->next)
                         if (w->invalidate_pending) {
                                 w->invalidate_pending = false;
@@ -260,7 +307,7 @@ static void reserve_hold(ntfs_store *st) {
         uint64_t len = st->reserve_bytes;
         pthread_mutex_unlock(&st->lock);
         int r = fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)hwm, (off_t)len) < 0 ? -errno : 0;
-        pthread_mutex_lock(&st->lock);
+        store_lock(st);
         if (r == -EOPNOTSUPP) {
                 st->held_nosup = true;
                 st->held_ok = false;
@@ -290,7 +337,7 @@ static void yield_to_waiters(ntfs_store *st) {
         while (atomic_load_explicit(&st->lock_taken, memory_order_relaxed) == taken &&
                atomic_load_explicit(&st->lock_wanted, memory_order_relaxed) && ntfs_mono_ns() < until)
                 sched_yield();
-        pthread_mutex_lock(&st->lock);
+        store_lock(st);
 }
 
 /* Whether the store was quiet since the flusher's last wake-up, 50 ms
@@ -331,7 +378,7 @@ static void *flusher_main(void *arg) {
         ntfs_store *st = arg;
         unsigned seen = atomic_load_explicit(&st->lock_taken, memory_order_relaxed);
         bool burst = false; /* a busy wake-up since the last quiet commit */
-        pthread_mutex_lock(&st->lock);
+        store_lock(st);
         while (!st->stopping) {
                 struct timespec ts;
                 clock_gettime(CLOCK_REALTIME, &ts);
@@ -341,6 +388,7 @@ static void *flusher_main(void *arg) {
                         ts.tv_nsec -= 1000000000L;
                 }
                 pthread_cond_timedwait(&st->cond, &st->lock, &ts);
+                store_wait_copies(st);
                 if (st->stopping)
                         break;
                 /* Queued forgets, a slice at a time, letting requests in
@@ -810,6 +858,8 @@ int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_st
         st->map_bytes = o.initial_map_bytes ? o.initial_map_bytes : DEFAULT_MAP_BYTES;
         st->reserve_bytes = o.reserve_bytes ? o.reserve_bytes : DEFAULT_RESERVE;
         pthread_mutex_init(&st->lock, NULL);
+        pthread_mutex_init(&st->copy_mu, NULL);
+        pthread_cond_init(&st->copy_cond, NULL);
         pthread_mutex_init(&st->inval_lock, NULL);
         pthread_cond_init(&st->cond, NULL);
 
@@ -836,7 +886,7 @@ int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_st
                 r = lmdb_err(rc);
                 goto fail;
         }
-        pthread_mutex_lock(&st->lock);
+        store_lock(st);
         r = txn_begin(st);
         if (r == 0)
                 r = open_dbs(st);
@@ -881,7 +931,7 @@ fail:
 void ntfs_store_close(ntfs_store *st) {
         if (!st)
                 return;
-        pthread_mutex_lock(&st->lock);
+        store_lock(st);
         st->stopping = true;
         pthread_cond_broadcast(&st->cond);
         pthread_mutex_unlock(&st->lock);
@@ -889,7 +939,7 @@ void ntfs_store_close(ntfs_store *st) {
                 pthread_join(st->flusher, NULL);
         while (st->wss)
                 ntfs_ws_close(st->wss);
-        pthread_mutex_lock(&st->lock);
+        store_lock(st);
         int r = store_commit_locked(st, true);
         if (r < 0)
                 log_error("store: final flush failed: %s", ntfs_strerror(r));
@@ -900,6 +950,8 @@ void ntfs_store_close(ntfs_store *st) {
         if (st->lock_fd >= 0)
                 close(st->lock_fd);
         pthread_mutex_destroy(&st->lock);
+        pthread_mutex_destroy(&st->copy_mu);
+        pthread_cond_destroy(&st->copy_cond);
         pthread_mutex_destroy(&st->inval_lock);
         pthread_cond_destroy(&st->cond);
         free(st->icache);
@@ -910,7 +962,7 @@ void ntfs_store_close(ntfs_store *st) {
 }
 
 int ntfs_store_flush(ntfs_store *st, bool durable) {
-        pthread_mutex_lock(&st->lock);
+        store_lock(st);
         int r = store_commit_locked(st, durable);
         pthread_mutex_unlock(&st->lock);
         return r;

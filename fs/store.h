@@ -326,9 +326,12 @@ int ntfs_ws_link(ntfs_ws *ws, uint64_t ino, uint64_t newparent, const char *newn
 ssize_t ntfs_ws_read(ntfs_ws *ws, uint64_t ino, void *buf, size_t size, uint64_t off);
 /* The same read without a copy: fn gets the bytes as n iovecs (total bytes
  * in all) pointing into the store's map, holes at a shared zero page. fn is
- * called once, with the store locked: it must not call into the store and
- * must not block (a FUSE reply is fine); the pointers are dead once it
- * returns. size may be at most NTFS_WS_READ_IOV_MAX_BYTES (-E2BIG).
+ * called once, most often with the store's lock released but behind its
+ * copy gate: other reads run meanwhile, and anything that changes the
+ * store waits until fn returns. So fn must not call into the store (it
+ * would wait for itself) and must not block (a FUSE reply is fine); the
+ * pointers are dead once it returns. size may be at most
+ * NTFS_WS_READ_IOV_MAX_BYTES (-E2BIG).
  * Returns fn's result, or a negative errno before calling it. */
 #define NTFS_WS_READ_IOV_MAX_BYTES (4u << 20)
 struct iovec;

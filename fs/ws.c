@@ -242,13 +242,15 @@ static bool base_empty(struct ctx *c, const ntfs_hash *base) {
         return ntfs_hash_is_zero(base) || memcmp(base->b, c->st->empty_tree.b, NTFS_HASH_LEN) == 0;
 }
 
-static int ctx_enter(ntfs_ws *ws, struct ctx *c, bool write) {
+/* reader: the store is entered with store_enter_reader() (a call that
+ * changes nothing a copy in flight may read: ntfs_ws_read_iov) */
+static int ctx_enter_as(ntfs_ws *ws, struct ctx *c, bool write, bool reader) {
         c->st = ws->st;
         c->ws = ws;
         c->write = write;
         c->sr_changed = false;
         c->took_block = false;
-        int r = store_enter(ws->st);
+        int r = reader ? store_enter_reader(ws->st) : store_enter(ws->st);
         if (r < 0)
                 return r;
         c->wsid = ws->wsid;
@@ -265,6 +267,8 @@ static int ctx_enter(ntfs_ws *ws, struct ctx *c, bool write) {
         }
         return 0;
 }
+
+static int ctx_enter(ntfs_ws *ws, struct ctx *c, bool write) { return ctx_enter_as(ws, c, write, false); }
 
 /* A call that fails may already have written records with numbers from
  * the blocks it took (readdir materializes entry after entry; the batch
@@ -689,7 +693,7 @@ void ntfs_ws_close(ntfs_ws *ws) {
         if (!ws)
                 return;
         ntfs_store *st = ws->st;
-        pthread_mutex_lock(&st->lock);
+        store_lock(st);
         /* forgotten inodes not yet looked at: freed now if possible, else
          * (no batch) purged as orphans at the next open */
         if (ws->fq_n && txn_ok(st)) {
@@ -736,7 +740,7 @@ void ntfs_ws_set_invalidate_cb(ntfs_ws *ws, void (*cb)(ntfs_ws *, void *), void 
         /* Taking inval_lock waits for a running callback: once this
          * returns, the old callback is not running and will not run. */
         pthread_mutex_lock(&ws->st->inval_lock);
-        pthread_mutex_lock(&ws->st->lock);
+        store_lock(ws->st);
         ws->inval_cb = cb;
         ws->inval_ud = ud;
         pthread_mutex_unlock(&ws->st->lock);
@@ -744,7 +748,7 @@ void ntfs_ws_set_invalidate_cb(ntfs_ws *ws, void (*cb)(ntfs_ws *, void *), void 
 }
 
 void ntfs_ws_set_data_cb(ntfs_ws *ws, void (*cb)(ntfs_ws *, uint64_t ino, void *), void *ud) {
-        pthread_mutex_lock(&ws->st->lock);
+        store_lock(ws->st);
         ws->data_cb = cb;
         ws->data_ud = ud;
         pthread_mutex_unlock(&ws->st->lock);
@@ -761,7 +765,7 @@ static void data_changed(struct ctx *c, uint64_t ino) {
 }
 
 uint64_t ntfs_ws_changes(ntfs_ws *ws) {
-        pthread_mutex_lock(&ws->st->lock);
+        store_lock(ws->st);
         uint64_t n = ws->changes;
         pthread_mutex_unlock(&ws->st->lock);
         return n;
@@ -988,7 +992,8 @@ static int do_truncate(struct ctx *c, uint64_t ino, struct ino_rec *rec, uint64_
 /* Walks bytes [off, off + size) of regular file ino, cut at its size, as
  * pieces in order: fn(data, len, ud) with data pointing into the store's map
  * or the data file's mapping (valid until the next change in this
- * transaction, or until the lock is released), or data NULL for len zero
+ * transaction, or until the lock is released; behind the copy gate, until
+ * store_copy_end), or data NULL for len zero
  * bytes (a hole, or the zeros after a short chunk). *walked gets the bytes
  * walked. The one read loop behind ntfs_ws_read and ntfs_ws_read_iov. */
 static int read_pieces(struct ctx *c, uint64_t ino, size_t size, uint64_t off,
@@ -1073,13 +1078,26 @@ int ntfs_ws_read_iov(ntfs_ws *ws, uint64_t ino, size_t size, uint64_t off,
         if (size > NTFS_WS_READ_IOV_MAX_BYTES)
                 return -E2BIG;
         struct ctx c;
-        int r = ctx_enter(ws, &c, false);
+        int r = ctx_enter_as(ws, &c, false, true);
         if (r < 0)
                 return r;
         struct iov_pieces v;
         v.n = 0;
         size_t done;
         r = read_pieces(&c, ino, size, off, iov_piece, &v, &done);
+        /* The reply is copied with the lock released, so that the kernel's
+         * read-ahead READs are copied two at a time (docs/store.md, "The
+         * copy gate"); the pieces stay valid because whatever could change
+         * or unmap them waits for the copy first. Only when leaving must
+         * commit or unmap is it copied under the lock, as before. */
+        if (r == 0 && store_copy_begin(c.st)) {
+                ntfs_store *st = c.st;
+                r = ctx_leave(&c, 0);
+                if (r == 0)
+                        r = fn(v.iov, v.n, done, ud);
+                store_copy_end(st);
+                return r;
+        }
         if (r == 0)
                 r = fn(v.iov, v.n, done, ud);
         return ctx_leave(&c, r);

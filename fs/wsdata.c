@@ -638,7 +638,7 @@ void wsdata_presync_unlocked(ntfs_store *st, bool durable) {
                 ok[k] = written && fdatasync(fds[k]) == 0;
                 close(fds[k]);
         }
-        pthread_mutex_lock(&st->lock);
+        store_lock(st);
         for (size_t k = 0; k < n; k++)
                 for (size_t i = 0; ok[k] && i < st->nwsd; i++) {
                         struct wsdata *w = &st->wsd[i];
@@ -717,7 +717,7 @@ void wsdata_trim(ntfs_store *st) {
                 pthread_mutex_unlock(&st->lock);
                 n = punch_ranges(fd, r, n);
                 close(fd);
-                pthread_mutex_lock(&st->lock);
+                store_lock(st);
                 w = find_entry(st, wsid, &i);
                 if (w) {
                         w->trimming = false;
