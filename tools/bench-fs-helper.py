@@ -85,9 +85,9 @@ UNITS = {
     "seq-write-1M": ("MB/s", True), "seq-read-1M": ("MB/s", True),
     "rand-read-4k": ("IOPS", True), "rand-write-4k": ("IOPS", True),
 }
-TARGETS = ["native", "tmpfs", "overlayfs", "overlayfs-wt", "floor", "floorsame", "ntfs-async", "ntfs"]
+TARGETS = ["native", "tmpfs", "overlayfs", "overlayfs-wt", "floor", "floorsame", "ntfs-async", "ntfs-base", "ntfs"]
 # Targets not in bench-fs.sh's default list: a column (and a ratio) only when run.
-OPTIONAL = ("overlayfs-wt", "ntfs-async")
+OPTIONAL = ("overlayfs-wt", "ntfs-async", "ntfs-base")
 
 
 def fmt(v):

@@ -21,6 +21,10 @@
 #   ntfs-async the same with NTFS_ASYNC_DATA_WRITES=1: data file writes queued
 #              to a writer thread, not made in the request (fs/wswrite.c; not
 #              in the default list)
+#   ntfs-base  $NTFS_BASE_BUILD/fs/ntfs-fuse: another build (the commit before a
+#              change, say), run beside ntfs in the same alternating runs, so
+#              that a change is measured against what it replaces on the same
+#              machine in the same minutes (not in the default list)
 #   ntfs       $NTFS_BUILD/fs/ntfs-fuse --store BASE/store --create --session bench
 #              (fresh store per run and phase; NTFS_FUSE_STATS=PATH keeps its
 #              request counts as PATH.RUN.PHASE), or "$NTFS_MOUNT_CMD MNT" / "$NTFS_UMOUNT_CMD MNT"
@@ -45,7 +49,7 @@ QUICK=0
 for a in "$@"; do
         case $a in
         --quick) QUICK=1 ;;
-        -h | --help) sed -n '3,31p' "$0"; exit 0 ;;
+        -h | --help) sed -n '3,43p' "$0"; exit 0 ;;
         *) echo "bench-fs: unknown argument $a" >&2; exit 2 ;;
         esac
 done
@@ -220,6 +224,13 @@ mount_ntfs-async() {
         wait_mounted "$1" $!
 }
 umount_ntfs-async() { umount_fuse "$1"; }
+mount_ntfs-base() {
+        "$NTFS_BASE_BUILD/fs/ntfs-fuse" --store "$2/store" --create --session bench -f "$1" &
+        PIDS+=($!)
+        MOUNTS+=("$1")
+        wait_mounted "$1" $!
+}
+umount_ntfs-base() { umount_fuse "$1"; }
 umount_ntfs() {
         if [ -z "${NTFS_MOUNT_CMD:-}" ]; then
                 umount_fuse "$1"
@@ -396,6 +407,10 @@ for t in "${TLIST[@]}"; do
                         log "note: ntfs skipped (no $NTFS_FUSE; set NTFS_BUILD, or NTFS_MOUNT_CMD and NTFS_UMOUNT_CMD)"
                 elif [ -n "${NTFS_MOUNT_CMD:-}" ] && [ -z "${NTFS_UMOUNT_CMD:-}" ]; then
                         log "NTFS_MOUNT_CMD needs NTFS_UMOUNT_CMD"; exit 2
+                fi ;;
+        ntfs-base)
+                if [ ! -x "${NTFS_BASE_BUILD:-}/fs/ntfs-fuse" ]; then
+                        log "ntfs-base needs NTFS_BASE_BUILD, a build directory with fs/ntfs-fuse"; exit 2
                 fi ;;
         *) log "unknown target $t"; exit 2 ;;
         esac

@@ -54,6 +54,40 @@ def test_quick_table(tmp_path):
     assert os.listdir(tmp_path) == ["cache"]
 
 
+
+def test_quick_against_a_base_build(tmp_path):
+    """BENCH_TARGETS="ntfs-base ntfs": a second build of ntfs (here the same
+    one) in the same alternating runs, a column of its own and ntfs's ratio
+    to it; without NTFS_BASE_BUILD it is refused before anything runs; the
+    help shows every option, down to its last line."""
+    fuse = os.path.join(BUILD, "fs", "ntfs-fuse")
+    if not os.path.exists(fuse):
+        pytest.skip("no ntfs-fuse at %s" % fuse)
+    script = os.path.join(ROOT, "tools", "bench-fs.sh")
+    env = dict(os.environ, BENCH_TARGETS="ntfs-base ntfs", NTFS_BUILD=BUILD, NTFS_BASE_BUILD=BUILD,
+               BENCH_DATA_ONLY="1", BENCH_DIR=str(tmp_path), BENCH_CACHE=str(tmp_path / "cache"))
+    env.pop("NTFS_MOUNT_CMD", None)
+    before = mounts()
+    r = subprocess.run([script, "--quick"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert mounts() == before
+    head, rows = table(r.stdout)
+    assert "ntfs-base" in head and "ntfs/ntfs-base" in head, head
+    assert sorted(rows) == ["rand-read-4k", "rand-write-4k", "seq-read-1M", "seq-write-1M"]
+    num = re.compile(r"^\d+(\.\d+)?$")
+    for w, row in rows.items():
+        for c in ("ntfs-base", "ntfs", "ntfs/ntfs-base"):
+            assert num.match(row[c]) and float(row[c]) > 0, (w, c, row[c])
+    assert "ntfs/ntfs-base" not in r.stdout.split("targets:")[1], r.stdout  # no target of its own
+    env.pop("NTFS_BASE_BUILD")
+    r = subprocess.run([script, "--quick"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "ntfs-base needs NTFS_BASE_BUILD" in r.stderr, r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["cache"]
+    r = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0
+    assert "NTFS_BASE_BUILD" in r.stdout and r.stdout.rstrip().endswith("Nothing here gates on absolute times."), \
+        r.stdout
+
 def test_bench_archive_small(tmp_path):
     """tools/bench-archive.sh on a small tree, one round: every row has a time,
     the export lists exactly as GNU tar's archive, the ratios are printed, and
