@@ -221,8 +221,13 @@ static bool settle_due(const ntfs_store *st) {
         return st->txn && (st->txn_broken || st->txn_bytes > BATCH_MAX_BYTES);
 }
 
+/* Whether leaving now would commit or unmap, and so must first wait for
+ * the copies in flight: store_settle_locked waits exactly then, and a
+ * reader whose leave would wait copies under the lock instead. */
+static bool leave_waits(const ntfs_store *st) { return settle_due(st) || st->noldmaps; }
+
 bool store_copy_begin(ntfs_store *st) {
-        if (settle_due(st) || st->noldmaps)
+        if (leave_waits(st))
                 return false;
         atomic_fetch_add_explicit(&st->copies, 1, memory_order_relaxed);
         return true;
@@ -240,7 +245,7 @@ void store_settle_locked(ntfs_store *st) {
         /* a reader's lock did not wait for the copies in flight: a commit
          * or an unmap does (store_copy_begin keeps a reader's own copy out
          * of the count when its leave would) */
-        if (settle_due(st) || st->noldmaps)
+        if (leave_waits(st))
                 store_wait_copies(st);
         if (settle_due(st)) {
                 int r = store_commit_locked(st, false);

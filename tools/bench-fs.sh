@@ -200,15 +200,18 @@ mount_floorsame() {
         fi
 }
 umount_floorsame() { umount_fuse "$1"; }
+# BIN MNT BASE: an ntfs-fuse with a fresh store on ext4 (BASE); the
+# caller's environment (NTFS_FUSE_STATS, NTFS_ASYNC_DATA_WRITES) reaches it
+start_ntfs_fuse() {
+        "$1" --store "$3/store" --create --session bench -f "$2" &
+        PIDS+=($!)
+        MOUNTS+=("$2")
+        wait_mounted "$2" $!
+}
 NTFS_MNT=
 mount_ntfs() {
         if [ -z "${NTFS_MOUNT_CMD:-}" ]; then
-                # built-in: ntfs-fuse with a fresh store on ext4 (BASE);
-                # NTFS_FUSE_STATS (request counts) reaches it through the env
-                "$NTFS_FUSE" --store "$2/store" --create --session bench -f "$1" &
-                PIDS+=($!)
-                MOUNTS+=("$1")
-                wait_mounted "$1" $!
+                start_ntfs_fuse "$NTFS_FUSE" "$1" "$2"
                 return
         fi
         NTFS_MNT=$1
@@ -217,19 +220,9 @@ mount_ntfs() {
 }
 # ntfs with its data file writes queued to a writer thread
 # (NTFS_ASYNC_DATA_WRITES=1, fs/wswrite.c; off by default)
-mount_ntfs-async() {
-        NTFS_ASYNC_DATA_WRITES=1 "$NTFS_FUSE" --store "$2/store" --create --session bench -f "$1" &
-        PIDS+=($!)
-        MOUNTS+=("$1")
-        wait_mounted "$1" $!
-}
+mount_ntfs-async() { NTFS_ASYNC_DATA_WRITES=1 start_ntfs_fuse "$NTFS_FUSE" "$1" "$2"; }
 umount_ntfs-async() { umount_fuse "$1"; }
-mount_ntfs-base() {
-        "$NTFS_BASE_BUILD/fs/ntfs-fuse" --store "$2/store" --create --session bench -f "$1" &
-        PIDS+=($!)
-        MOUNTS+=("$1")
-        wait_mounted "$1" $!
-}
+mount_ntfs-base() { start_ntfs_fuse "$NTFS_BASE_BUILD/fs/ntfs-fuse" "$1" "$2"; }
 umount_ntfs-base() { umount_fuse "$1"; }
 umount_ntfs() {
         if [ -z "${NTFS_MOUNT_CMD:-}" ]; then

@@ -2891,16 +2891,22 @@ TEST(read_copies_run_unlocked_and_writes_wait) {
  * bytes, never a mix, and the inline file's bytes all from one write.
  * Under ASan, a copy from an unmapped or recycled page would also fail. */
 #define GATE_CHUNKS 1536 /* 96 MiB: past the first 64 MiB mapping */
+#define GATE_HOT 16      /* after that, most changes and reads land here */
 struct gate_stress {
         ntfs_ws *ws;
         uint64_t big, small;
         atomic_int stop;
         atomic_long replies, torn, errors;
-        unsigned seed;
+};
+
+struct gate_reader_arg {
+        struct gate_stress *g;
+        unsigned seed; /* this reader's own */
 };
 
 static int gate_check_cb(const struct iovec *iov, int n, size_t total, void *ud) {
-        struct gate_stress *g = ud;
+        struct gate_reader_arg *ra = ud;
+        struct gate_stress *g = ra->g;
         static _Thread_local uint8_t buf[256 << 10];
         size_t at = 0;
         for (int i = 0; i < n; i++) {
@@ -2908,7 +2914,7 @@ static int gate_check_cb(const struct iovec *iov, int n, size_t total, void *ud)
                  * change that does not wait a window to land in */
                 size_t half = iov[i].iov_len / 2;
                 memcpy(buf + at, iov[i].iov_base, half);
-                if ((g->seed = g->seed * 1103515245u + 12345u) % 8 == 0)
+                if ((ra->seed = ra->seed * 1103515245u + 12345u) % 8 == 0)
                         sched_yield();
                 memcpy(buf + at + half, (const uint8_t *)iov[i].iov_base + half, iov[i].iov_len - half);
                 at += iov[i].iov_len;
@@ -2927,28 +2933,18 @@ static int gate_check_cb(const struct iovec *iov, int n, size_t total, void *ud)
         return 0;
 }
 
-struct gate_reader_arg {
-        struct gate_stress *g;
-        unsigned seed;
-};
-
 static void *gate_stress_reader(void *arg) {
         struct gate_reader_arg *ra = arg;
-        struct gate_stress g1 = { 0 };
         while (!atomic_load(&ra->g->stop)) {
                 ra->seed = ra->seed * 1103515245u + 12345u;
                 bool small = ra->seed % 4 == 0;
-                uint64_t off = small ? 0 : (uint64_t)(ra->seed >> 8) % GATE_CHUNKS * NTFS_CHUNK_SIZE;
+                uint64_t span = (ra->seed >> 20) % 8 ? GATE_HOT : GATE_CHUNKS;
+                uint64_t off = small ? 0 : (uint64_t)(ra->seed >> 8) % span * NTFS_CHUNK_SIZE;
                 size_t len = small ? 100 : (size_t)(1 + (ra->seed >> 4) % 4) * NTFS_CHUNK_SIZE;
-                g1.seed = ra->seed;
-                int r = ntfs_ws_read_iov(ra->g->ws, small ? ra->g->small : ra->g->big, len, off, gate_check_cb,
-                                         &g1);
+                int r = ntfs_ws_read_iov(ra->g->ws, small ? ra->g->small : ra->g->big, len, off, gate_check_cb, ra);
                 if (r < 0)
                         atomic_fetch_add(&ra->g->errors, 1);
         }
-        atomic_fetch_add(&ra->g->replies, atomic_load(&g1.replies));
-        atomic_fetch_add(&ra->g->torn, atomic_load(&g1.torn));
-        atomic_fetch_add(&ra->g->errors, atomic_load(&g1.errors));
         return NULL;
 }
 
@@ -2975,8 +2971,11 @@ TEST(read_copies_beside_a_changing_store) {
                 if (i < GATE_CHUNKS || what < 70) {
                         /* a whole chunk: first each in turn, so that the
                          * data file outgrows its first mapping under the
-                         * readers, then anywhere */
-                        uint64_t idx = i < GATE_CHUNKS ? (uint64_t)i : (seed >> 4) % GATE_CHUNKS;
+                         * readers, then most often among the first
+                         * GATE_HOT, where the readers mostly read, so that
+                         * a copy that a change did not wait for is met */
+                        uint64_t idx = i < GATE_CHUNKS ? (uint64_t)i
+                                       : (seed >> 4) % ((seed >> 20) % 8 ? GATE_HOT : GATE_CHUNKS);
                         memset(chunk, v, NTFS_CHUNK_SIZE);
                         ASSERT_EQ(ntfs_ws_write(ws, g.big, chunk, NTFS_CHUNK_SIZE, idx * NTFS_CHUNK_SIZE, false),
                                   NTFS_CHUNK_SIZE);
