@@ -12,10 +12,15 @@
                              ntfs in it, issue 3's targets met or missed;
                              with REQS (bench-fs.sh BENCH_REQS=1), the FUSE
                              requests each row sent each FUSE target
+  pool TSV TSV...            the same report over the runs of several raw
+                             files (bench-fs.sh BENCH_RAW=...), each file's
+                             runs kept apart: run 2 of the second file is
+                             "2.2"; targets a file lacks have fewer runs
 """
 import json
 import operator
 import os
+import random
 import statistics
 import sys
 import time
@@ -110,20 +115,24 @@ def print_table(head, rows):
         print(line(r))
 
 
-def report(tsv, reqs=None):
+def report(tsvs, reqs=None):
+    """tsvs: the raw files; with more than one, run r of file i is "i.r"."""
     vals = {}
     byrun = {}  # (workload, target) -> {run: value}
     order = []
-    with open(tsv) as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) != 4:
-                continue
-            target, workload, run, value = parts
-            if workload not in order:
-                order.append(workload)
-            vals.setdefault((workload, target), []).append(float(value))
-            byrun.setdefault((workload, target), {})[run] = float(value)
+    for i, tsv in enumerate(tsvs, 1):
+        with open(tsv) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) != 4:
+                    continue
+                target, workload, run, value = parts
+                if len(tsvs) > 1:
+                    run = "%d.%s" % (i, run)
+                if workload not in order:
+                    order.append(workload)
+                vals.setdefault((workload, target), []).append(float(value))
+                byrun.setdefault((workload, target), {})[run] = float(value)
     present = [t for t in TARGETS if any(k[1] == t for k in vals)]
     med = {k: statistics.median(v) for k, v in vals.items()}
     runs = max((len(v) for v in vals.values()), default=0)
@@ -144,8 +153,8 @@ def report(tsv, reqs=None):
         row += [ratio(a, b) for a, b in pairs]
         rows.append(row)
     print_table(head, rows)
-    print("\nmedian of %d run(s); ratios are value/value (for s, < 1 is faster; "
-          "for MB/s and IOPS, > 1 is faster)" % runs)
+    print("\nmedian of %d run(s)%s; ratios are value/value (for s, < 1 is faster; "
+          "for MB/s and IOPS, > 1 is faster)" % (runs, " from %d raw files" % len(tsvs) if len(tsvs) > 1 else ""))
     if "ntfs" in present:
         targets(byrun, order, present)
     if reqs:
@@ -212,14 +221,37 @@ def target_checks(order, present):
             yield w, "native", ">=", 0.8
 
 
+BOOT_ROUNDS = 2000
+
+
+def interval(a, b):
+    """The 90% bootstrap interval of median(a)/median(b) over the runs both
+    have (a, b: run -> value): the runs are drawn with replacement, a run's
+    two figures together, since they saw the same minutes of the machine.
+    The same seed every time, so the same raw file prints the same table.
+    None with fewer than three such runs."""
+    runs = sorted(k for k in a if b.get(k))
+    if len(runs) < 3:
+        return None
+    rnd = random.Random(1)
+    ratios = []
+    for _ in range(BOOT_ROUNDS):
+        pick = [rnd.choice(runs) for _ in runs]
+        ratios.append(statistics.median(a[k] for k in pick) / statistics.median(b[k] for k in pick))
+    ratios.sort()
+    return ratios[int(0.05 * BOOT_ROUNDS)], ratios[int(0.95 * BOOT_ROUNDS) - 1]
+
+
 def targets(byrun, order, present):
-    """Prints each target, the ratio of the medians, and in how many runs the
-    ratio of that run's two figures met it: the targets take turns within a
-    run, so a run's pair saw the same moment of the machine. A ratio of
-    medians that misses while most runs' pairs meet it (or the reverse) is
-    this machine's noise more than a verdict."""
-    print("\ntargets: the ratio of the medians; runs: how many runs' own pairs met it")
-    met_all = checks = 0
+    """Prints each target, the ratio of the medians, in how many runs the
+    ratio of that run's two figures met it (the targets take turns within a
+    run, so a run's pair saw the same moment of the machine), and the 90%
+    bootstrap interval of the ratio of the medians: "clear" when all of it
+    lies on the verdict's side of the bound, "within noise" when it spans
+    the bound, so that these runs cannot tell met from missed."""
+    print("\ntargets: the ratio of the medians; runs: how many runs' own pairs met it; "
+          "90%: the interval of the ratio over resampled runs")
+    met_all = checks = clear_met = clear_missed = 0
     for w, other, op, bound in target_checks(order, present):
         ra, rb = byrun.get((w, "ntfs"), {}), byrun.get((w, other), {})
         if not ra or not rb or not statistics.median(rb.values()):
@@ -230,9 +262,19 @@ def targets(byrun, order, present):
         met = COMPARE[op](round(r, 2), bound)
         checks += 1
         met_all += met
-        print("  %-16s ntfs/%-9s %-2s %.1f  %5.2f  %-6s  runs %d/%d" %
-              (w, other, op, bound, r, "met" if met else "MISSED", good, len(pairs)))
-    print("targets met: %d of %d" % (met_all, checks))
+        iv = interval(ra, rb)
+        if iv is None:
+            band = "90% -          too few runs"
+        else:
+            ends = [COMPARE[op](round(x, 2), bound) for x in iv]
+            clear = ends[0] == ends[1] == met
+            clear_met += clear and met
+            clear_missed += clear and not met
+            band = "90%% %.2f-%.2f  %s" % (iv[0], iv[1], "clear" if clear else "within noise")
+        print("  %-16s ntfs/%-9s %-2s %.1f  %5.2f  %-6s  runs %d/%-3d %s" %
+              (w, other, op, bound, r, "met" if met else "MISSED", good, len(pairs), band))
+    print("targets met: %d of %d (clear: %d met, %d missed; the rest within noise or too few runs)" %
+          (met_all, checks, clear_met, clear_missed))
 
 
 def main(argv):
@@ -246,7 +288,9 @@ def main(argv):
     elif cmd == "fio" and len(argv) == 5:
         fio(argv[2], argv[3], argv[4])
     elif cmd == "report" and len(argv) in (3, 4):
-        report(argv[2], argv[3] if len(argv) == 4 else None)
+        report([argv[2]], argv[3] if len(argv) == 4 else None)
+    elif cmd == "pool" and len(argv) >= 4:
+        report(argv[2:])
     else:
         sys.exit(__doc__)
 

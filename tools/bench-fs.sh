@@ -32,7 +32,8 @@
 # Environment: BENCH_RUNS (3; 1 with --quick), BENCH_DIR (scratch on ext4,
 # default /var/tmp), BENCH_CACHE (where the tarball and C project are built
 # once, default /var/tmp/bench-fs-cache), FUSEFLOOR (the binary; default
-# $NTFS_BUILD/tools/fusefloor), BENCH_RAW (keep the raw TSV there),
+# $NTFS_BUILD/tools/fusefloor), BENCH_RAW (keep the raw TSV there; several
+# kept so are reported together by tools/bench-fs-helper.py pool RAW RAW...),
 # BENCH_META_ONLY=1 (only creates, untar, find/du, git, rm -rf: no fio, no make),
 # BENCH_DATA_ONLY=1 (only the four fio rows), BENCH_REQS=1 (also count the
 # FUSE requests each row sends the FUSE targets, by opcode, with perf and the
@@ -49,7 +50,7 @@ QUICK=0
 for a in "$@"; do
         case $a in
         --quick) QUICK=1 ;;
-        -h | --help) sed -n '3,43p' "$0"; exit 0 ;;
+        -h | --help) sed -n '3,44p' "$0"; exit 0 ;;
         *) echo "bench-fs: unknown argument $a" >&2; exit 2 ;;
         esac
 done

@@ -140,7 +140,7 @@ def test_report_targets(tmp_path):
     raw.write_text("\n".join(rows) + "\n")
     r = helper_report(raw)
     got = {(m.group(1), m.group(2)): (float(m.group(3)), m.group(4), m.group(5))
-           for m in re.finditer(r"^  (\S+) +ntfs/(\S+) +\S+ +\S+ +(\d+\.\d+) +(met|MISSED) +runs (\d+/\d+)$",
+           for m in re.finditer(r"^  (\S+) +ntfs/(\S+) +\S+ +\S+ +(\d+\.\d+) +(met|MISSED) +runs (\d+/\d+) +90% ",
                                 r.stdout, re.M)}
     # seq write: medians 250 vs 410 native (0.61, missed; run 1 met), vs
     # overlayfs 250 vs 305 (0.82, missed); no floor check on a throughput row
@@ -157,7 +157,8 @@ def test_report_targets(tmp_path):
     raw.write_text("ntfs creates-20000 1 2.0\nntfs creates-20000 2 3.0\nntfs creates-20000 3 2.0\n"
                    "floorsame creates-20000 2 3.0\nfloorsame creates-20000 3 2.0\n")
     r = helper_report(raw)
-    assert re.search(r"^  creates-20000 +ntfs/floorsame +<= 1\.1 +0\.80 +met +runs 2/2$", r.stdout, re.M), r.stdout
+    assert re.search(r"^  creates-20000 +ntfs/floorsame +<= 1\.1 +0\.80 +met +runs 2/2 +90% - +too few runs$",
+                     r.stdout, re.M), r.stdout
     # fuse-overlayfs with writeback=0, when run: a column and ntfs's ratio
     # to it (median 4.0: 2.0/4.0), and no target of its own
     raw.write_text("ntfs make-j2 1 2.0\noverlayfs make-j2 1 3.0\noverlayfs-wt make-j2 1 4.0\n")
@@ -166,6 +167,50 @@ def test_report_targets(tmp_path):
     assert row["overlayfs-wt"] == "4.00" and row["ntfs/overlayfs-wt"] == "0.50", r.stdout
     assert row["ntfs/overlayfs"] == "0.67", r.stdout
     assert "ntfs/overlayfs-wt" not in r.stdout.split("targets:")[1], r.stdout
+
+
+def test_report_intervals_and_pool(tmp_path):
+    """Each target gets the 90% interval of its ratio over resampled runs
+    (a run's two figures drawn together): a row whose every run has the
+    same ratio has that ratio at both ends, "clear" on either side of the
+    bound; a row whose runs fall on both sides is "within noise". `pool`
+    reports the runs of several raw files together, each file's runs kept
+    apart; two runs alone are too few for an interval; the same input
+    prints the same interval."""
+    raw = tmp_path / "raw.tsv"
+    rows = []
+    # untar: ntfs exactly the floor's time in every run (ratio 1.00, met);
+    # rm-rf: exactly 1.5x in every run (missed); git-add-commit: per-run
+    # ratios 0.90, 1.00, 1.05, 1.20, 1.30 (ratio of the medians 1.05, met,
+    # but runs on both sides of 1.1)
+    for run, (floor, ratio) in enumerate(zip([2.0, 2.5, 3.0, 3.5, 4.0], [0.90, 1.00, 1.05, 1.20, 1.30]), 1):
+        rows += ["floorsame untar %d %s" % (run, floor), "ntfs untar %d %s" % (run, floor),
+                 "floorsame rm-rf %d %s" % (run, floor), "ntfs rm-rf %d %s" % (run, floor * 1.5),
+                 "floorsame git-add-commit %d 10.0" % run, "ntfs git-add-commit %d %s" % (run, 10.0 * ratio)]
+    raw.write_text("\n".join(rows) + "\n")
+    out = helper_report(raw).stdout
+    line = lambda w: re.search(r"^  %s +ntfs/floorsame +<= 1\.1 +(\S+) +(met|MISSED) +runs (\S+) +90%% (.*)$" % w,
+                               out, re.M).groups()
+    assert line("untar") == ("1.00", "met", "5/5", "1.00-1.00  clear"), out
+    assert line("rm-rf") == ("1.50", "MISSED", "0/5", "1.50-1.50  clear"), out
+    ratio, verdict, runs, band = line("git-add-commit")
+    assert (ratio, verdict, runs) == ("1.05", "met", "3/5"), out
+    lo, hi, word = re.match(r"(\d\.\d\d)-(\d\.\d\d)  (.*)$", band).groups()
+    assert float(lo) < 1.1 < float(hi) and word == "within noise", out
+    assert "targets met: 2 of 3 (clear: 1 met, 1 missed;" in out, out
+    assert helper_report(raw).stdout == out  # the same seed every time
+    # pool: two files of two runs each, with the same run numbers
+    a, b = tmp_path / "a.tsv", tmp_path / "b.tsv"
+    a.write_text("floorsame untar 1 2.0\nntfs untar 1 2.0\nfloorsame untar 2 3.0\nntfs untar 2 3.0\n")
+    b.write_text("floorsame untar 1 4.0\nntfs untar 1 4.0\nfloorsame untar 2 5.0\nntfs untar 2 5.0\n")
+    assert re.search(r"^  untar +ntfs/floorsame .* runs 2/2 +90% - +too few runs$", helper_report(a).stdout, re.M)
+    r = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tools", "bench-fs-helper.py"), "pool", str(a), str(b)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "median of 4 run(s) from 2 raw files" in r.stdout, r.stdout
+    assert table(r.stdout)[1]["untar"]["floorsame"] == "3.50", r.stdout  # median of 2, 3, 4, 5
+    assert re.search(r"^  untar +ntfs/floorsame +<= 1\.1 +1\.00 +met +runs 4/4 +90% 1\.00-1\.00  clear$",
+                     r.stdout, re.M), r.stdout
 
 
 def mounts():
