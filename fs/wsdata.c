@@ -86,6 +86,7 @@ struct wsdata {
         uint64_t fsize;     /* the file's size, as this process made it */
         uint8_t *map;       /* read-only shared mapping of [0, map_len) */
         size_t map_len;
+        size_t map_resv;    /* address space held at map: the mapping grows in place (map_cover) */
 };
 
 
@@ -382,6 +383,69 @@ static void wsdata_unalloc(ntfs_store *st, uint64_t wsid, uint64_t slot) {
         slot_give_back(st, wsid, slot);
 }
 
+/* The address space a data file's mapping holds (MAP_RESV_MIN at least,
+ * twice the file when that is more): the file is mapped into it from its
+ * start, and as the file grows the mapping is extended in place. */
+#define MAP_RESV_MIN ((size_t)1 << (sizeof(size_t) > 4 ? 34 : 28)) /* 16 GiB (256 MiB on 32-bit) */
+#define MAP_STEP ((size_t)64 << 20)
+
+/* Makes w's read mapping cover [0, end) and the whole file (lock held).
+ * Within its reservation the mapping grows in place: its address stays,
+ * so a copy in flight keeps its pointers, and the pages already mapped
+ * keep their page-table entries (map_prefault). Past it, a new and larger
+ * reservation is taken and the old one is unmapped at store_leave, after
+ * the copies in flight. */
+static int map_cover(ntfs_store *st, struct wsdata *w, uint64_t end) {
+        uint64_t need = NTFS_MAX(end, w->fsize);
+        if (need > SIZE_MAX / 4)
+                return -EFBIG;
+        size_t len = MAP_STEP;
+        while (len < need)
+                len *= 2;
+        if (w->map && len <= w->map_resv) {
+                void *m = mmap(w->map + w->map_len, len - w->map_len, PROT_READ, MAP_SHARED | MAP_FIXED, w->fd,
+                               (off_t)w->map_len);
+                if (m == MAP_FAILED)
+                        return -errno;
+                w->map_len = len;
+                return 0;
+        }
+        if (st->noldmaps == ARRAY_SIZE(st->oldmaps))
+                return -EAGAIN; /* cannot happen: one operation grows a map a few times */
+        size_t resv = MAP_RESV_MIN;
+        while (resv < 2 * len)
+                resv *= 2;
+        uint8_t *base = mmap(NULL, resv, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (base == MAP_FAILED)
+                return -errno;
+        if (mmap(base, len, PROT_READ, MAP_SHARED | MAP_FIXED, w->fd, 0) == MAP_FAILED) {
+                int r = -errno;
+                munmap(base, resv);
+                return r;
+        }
+        if (w->map)
+                st->oldmaps[st->noldmaps++] = (struct wsdata_oldmap){ w->map, w->map_resv };
+        w->map = base;
+        w->map_len = len;
+        w->map_resv = resv;
+        return 0;
+}
+
+/* Maps the pages of [pos, pos + len), just written, into the read mapping
+ * now (best effort; lock held). A READ of them is then copied by the
+ * kernel without faulting them in one 64 KiB at a time: the first read
+ * of freshly written data was about a quarter slower than the next ones
+ * (docs/bench-fs.md). Rewrites in place skip it: their pages were mapped
+ * when first written. */
+static void map_prefault(ntfs_store *st, struct wsdata *w, uint64_t pos, size_t len) {
+        uint64_t end = pos + len;
+        if (end > w->map_len && map_cover(st, w, end) < 0)
+                return;
+        uint64_t a = pos & ~(uint64_t)4095, b = NTFS_MIN((end + 4095) & ~(uint64_t)4095, w->fsize & ~(uint64_t)4095);
+        if (b > a)
+                (void)madvise(w->map + a, b - a, MADV_POPULATE_READ);
+}
+
 /* Writes len bytes at byte in of a slot; buf NULL writes zeros. fresh: some
  * of the bytes are past what the slot's committed record names (a new slot,
  * or a chunk growing), so the next commit must sync them first (rule 1);
@@ -410,7 +474,8 @@ static int wsdata_pwrite(ntfs_store *st, uint64_t wsid, uint64_t slot, size_t in
                 r = wsw_queue(st, w->fd, (uint64_t)pos, buf ? p : NULL, n);
                 if (r < 0)
                         return r;
-                if (r == 0) { /* not queued: written here, after the queue */
+                bool here = r == 0;
+                if (here) { /* not queued: written here, after the queue */
                         struct iovec v = { (void *)p, n };
                         if ((r = wsw_write_all(w->fd, &v, 1, (uint64_t)pos, n)) < 0)
                                 return r;
@@ -420,6 +485,8 @@ static int wsdata_pwrite(ntfs_store *st, uint64_t wsid, uint64_t slot, size_t in
                 pos += (off_t)n;
                 len -= n;
                 w->fsize = NTFS_MAX(w->fsize, (uint64_t)pos);
+                if (here && fresh)
+                        map_prefault(st, w, (uint64_t)pos - n, n);
         }
         return 0;
 }
@@ -436,24 +503,8 @@ static const uint8_t *wsdata_map(ntfs_store *st, uint64_t wsid, const struct chu
                 r = wsw_drain_range(st, w->fd, cr->slot * SLOT_BYTES, cr->len);
         if (r == 0 && end > w->fsize)
                 r = -NTFS_ECORRUPT; /* the record names bytes the file lacks */
-        if (r == 0 && end > w->map_len) {
-                if (st->noldmaps == ARRAY_SIZE(st->oldmaps))
-                        r = -EAGAIN; /* cannot happen: one operation grows a map a few times */
-                /* the whole file at least: a call that reads many chunks
-                 * (a checkpoint) then grows the map once, not per chunk */
-                size_t len = 64u << 20;
-                while (r == 0 && (len < end || len < w->fsize))
-                        len *= 2;
-                void *m = r == 0 ? mmap(NULL, len, PROT_READ, MAP_SHARED, w->fd, 0) : MAP_FAILED;
-                if (r == 0 && m == MAP_FAILED)
-                        r = -errno;
-                if (r == 0) {
-                        if (w->map)
-                                st->oldmaps[st->noldmaps++] = (struct wsdata_oldmap){ w->map, w->map_len };
-                        w->map = m;
-                        w->map_len = len;
-                }
-        }
+        if (r == 0 && end > w->map_len)
+                r = map_cover(st, w, end);
         if (r < 0) {
                 *err = r;
                 return NULL;
@@ -656,7 +707,7 @@ static void drop_entry(ntfs_store *st, size_t i) {
         (void)wsw_drain(st); /* no queued write to the fd about to close */
         free(st->wsd[i].free);
         if (st->wsd[i].map)
-                munmap(st->wsd[i].map, st->wsd[i].map_len);
+                munmap(st->wsd[i].map, st->wsd[i].map_resv);
         close(st->wsd[i].fd);
         st->wsd[i] = st->wsd[--st->nwsd];
 }
