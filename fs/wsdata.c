@@ -441,7 +441,11 @@ static void map_prefault(ntfs_store *st, struct wsdata *w, uint64_t pos, size_t 
         uint64_t end = pos + len;
         if (end > w->map_len && map_cover(st, w, end) < 0)
                 return;
-        uint64_t a = pos & ~(uint64_t)4095, b = NTFS_MIN((end + 4095) & ~(uint64_t)4095, w->fsize & ~(uint64_t)4095);
+        long pg = sysconf(_SC_PAGESIZE); /* madvise wants whole pages, not always 4 KiB */
+        if (pg <= 0)
+                return;
+        uint64_t m = (uint64_t)pg - 1;
+        uint64_t a = pos & ~m, b = NTFS_MIN((end + m) & ~m, w->fsize & ~m);
         if (b > a)
                 (void)madvise(w->map + a, b - a, MADV_POPULATE_READ);
 }
