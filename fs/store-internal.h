@@ -444,6 +444,11 @@ int wsdata_presync(ntfs_store *st, bool durable);
  * commit finds little left to sync. Called and returns with the lock
  * held. */
 void wsdata_presync_unlocked(ntfs_store *st, bool durable);
+/* Puts the fresh bytes a sync has reached in the read mappings' page
+ * tables (MADV_POPULATE_READ), a few MiB at a time. Lock held; may_unlock
+ * (the flusher): released while each piece is populated, behind the copy
+ * gate. */
+void wsdata_prefault(ntfs_store *st, bool may_unlock);
 /* How many data files hold new bytes no sync has reached yet (lock held;
  * for tests). */
 size_t wsdata_unsynced(ntfs_store *st);

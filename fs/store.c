@@ -421,6 +421,7 @@ static void *flusher_main(void *arg) {
                         st->datasync_at = now;
                         wsdata_presync_unlocked(st, false);
                 }
+                wsdata_prefault(st, true);
                 reserve_hold(st);
                 wsdata_trim(st);
         }

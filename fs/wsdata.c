@@ -69,6 +69,12 @@ struct slot_range {
         uint64_t start, count;
 };
 
+/* Fresh bytes of a data file, [a, b), to be put in the read mapping's page
+ * tables once a sync has reached them (wsdata_prefault). */
+struct pf_range {
+        uint64_t a, b;
+};
+
 struct wsdata {
         uint64_t wsid;
         int fd;
@@ -87,6 +93,10 @@ struct wsdata {
         uint8_t *map;       /* read-only shared mapping of [0, map_len) */
         size_t map_len;
         size_t map_resv;    /* address space held at map: the mapping grows in place (map_cover) */
+        struct pf_range *pf; /* fresh ranges in write order (PF_MAX at most; pf_note) */
+        uint32_t npf;
+        uint32_t pf_ready;   /* pf[0, pf_ready) are synced: wsdata_prefault maps them */
+        uint64_t pf_gen;     /* bumped when wsdata_prefault takes ranges off pf */
 };
 
 
@@ -392,7 +402,7 @@ static void wsdata_unalloc(ntfs_store *st, uint64_t wsid, uint64_t slot) {
 /* Makes w's read mapping cover [0, end) and the whole file (lock held).
  * Within its reservation the mapping grows in place: its address stays,
  * so a copy in flight keeps its pointers, and the pages already mapped
- * keep their page-table entries (map_prefault). Past it, a new and larger
+ * keep their page-table entries (wsdata_prefault). Past it, a new and larger
  * reservation is taken and the old one is unmapped at store_leave, after
  * the copies in flight. */
 static int map_cover(ntfs_store *st, struct wsdata *w, uint64_t end) {
@@ -431,23 +441,105 @@ static int map_cover(ntfs_store *st, struct wsdata *w, uint64_t end) {
         return 0;
 }
 
-/* Maps the pages of [pos, pos + len), just written, into the read mapping
- * now (best effort; lock held). A READ of them is then copied by the
- * kernel without faulting them in one 64 KiB at a time: the first read
- * of freshly written data was about a quarter slower than the next ones
- * (docs/bench-fs.md). Rewrites in place skip it: their pages were mapped
- * when first written. */
-static void map_prefault(ntfs_store *st, struct wsdata *w, uint64_t pos, size_t len) {
-        uint64_t end = pos + len;
-        if (end > w->map_len && map_cover(st, w, end) < 0)
+/* Fresh bytes are put in the read mapping's page tables (the kernel's copy
+ * of a READ then does not fault them in one 64 KiB at a time: the first
+ * read of freshly written data was a quarter slower than the next ones,
+ * docs/bench-fs.md), but only after a sync has reached them: a page mapped
+ * while still dirty makes the sync write-protect it in the daemon's page
+ * tables, and a warm `du` right after a big untar paid ~1.2x for that
+ * (docs/store.md, section 4.8). So writes note their fresh ranges here, a
+ * sync marks the ones it covered ready (pf_ready), and the flusher maps
+ * them (wsdata_prefault). A range shorter than a slot is not kept: its
+ * first read faults once anyway (fault-around maps 64 KiB). When PF_MAX
+ * ranges wait, further ones are not prefaulted. */
+#define PF_MAX 1024
+#define PF_MIN SLOT_BYTES
+#define PF_PIECE ((uint64_t)4 << 20) /* populated per store lock hold: ~0.5 ms */
+
+static void pf_note(struct wsdata *w, uint64_t a, uint64_t b) {
+        if (w->npf > w->pf_ready) { /* the last one, not yet synced, may grow */
+                struct pf_range *l = &w->pf[w->npf - 1];
+                if (a >= l->a && a <= l->b) {
+                        l->b = NTFS_MAX(l->b, b);
+                        return;
+                }
+                if (l->b - l->a < PF_MIN) { /* not worth a place */
+                        *l = (struct pf_range){ a, b };
+                        return;
+                }
+        }
+        if (w->npf == PF_MAX || (!w->pf && !(w->pf = malloc(PF_MAX * sizeof *w->pf))))
                 return;
+        w->pf[w->npf++] = (struct pf_range){ a, b };
+}
+
+/* A sync reached the first n fresh ranges, the last of them as [a, b)
+ * (lock held; no range was taken off since). A last one that grew since
+ * (a file written on) is split at b, so that a long write is prefaulted as
+ * it goes, not all at its end. */
+static void pf_synced(struct wsdata *w, uint32_t n, uint64_t a, uint64_t b) {
+        if (!n)
+                return;
+        struct pf_range *l = &w->pf[n - 1];
+        if (l->a != a || l->b != b) {
+                if (l->a != a || l->b < b || w->npf == PF_MAX) {
+                        n--; /* replaced (or no room to split): the next sync's */
+                } else {
+                        memmove(l + 2, l + 1, (w->npf - n) * sizeof *l);
+                        l[1] = (struct pf_range){ b, l->b };
+                        l->b = b;
+                        w->npf++;
+                }
+        }
+        w->pf_ready = NTFS_MAX(w->pf_ready, n);
+}
+
+void wsdata_prefault(ntfs_store *st, bool may_unlock) {
         long pg = sysconf(_SC_PAGESIZE); /* madvise wants whole pages, not always 4 KiB */
         if (pg <= 0)
                 return;
         uint64_t m = (uint64_t)pg - 1;
-        uint64_t a = pos & ~m, b = NTFS_MIN((end + m) & ~m, w->fsize & ~m);
-        if (b > a)
-                (void)madvise(w->map + a, b - a, MADV_POPULATE_READ);
+        while (!st->stopping) {
+                struct wsdata *w = NULL;
+                for (size_t i = 0; i < st->nwsd && !w; i++)
+                        if (st->wsd[i].pf_ready && !st->wsd[i].retired)
+                                w = &st->wsd[i];
+                if (!w)
+                        break;
+                /* a piece of the first ready range; what is left of it
+                 * stays longer than PF_PIECE, so only ranges written short
+                 * are skipped */
+                struct pf_range *p = &w->pf[0];
+                bool whole = p->b - p->a <= 2 * PF_PIECE;
+                uint64_t a = p->a & ~m, b = whole ? p->b : p->a + PF_PIECE;
+                bool skip = p->b - p->a < PF_MIN;
+                if (whole) {
+                        memmove(w->pf, w->pf + 1, (w->npf - 1) * sizeof *w->pf);
+                        w->npf--;
+                        w->pf_ready--;
+                } else {
+                        p->a = b;
+                }
+                w->pf_gen++;
+                b = NTFS_MIN((b + m) & ~m, w->fsize & ~m); /* no page past the file's end */
+                if (skip || b <= a || (b > w->map_len && map_cover(st, w, b) < 0))
+                        continue;
+                uint8_t *addr = w->map + a;
+                if (may_unlock && store_copy_begin(st)) {
+                        /* behind the copy gate, as a READ's copy: the
+                         * mapping stays until it is done */
+                        pthread_mutex_unlock(&st->lock);
+                        (void)madvise(addr, b - a, MADV_POPULATE_READ);
+                        store_copy_end(st);
+                        store_lock(st);
+                } else {
+                        (void)madvise(addr, b - a, MADV_POPULATE_READ);
+                }
+        }
+        if (may_unlock && st->noldmaps) {
+                store_wait_copies(st); /* none can start: the lock is held */
+                wsdata_leave(st);
+        }
 }
 
 /* Writes len bytes at byte in of a slot; buf NULL writes zeros. fresh: some
@@ -489,8 +581,8 @@ static int wsdata_pwrite(ntfs_store *st, uint64_t wsid, uint64_t slot, size_t in
                 pos += (off_t)n;
                 len -= n;
                 w->fsize = NTFS_MAX(w->fsize, (uint64_t)pos);
-                if (here && fresh)
-                        map_prefault(st, w, (uint64_t)pos - n, n);
+                if (fresh)
+                        pf_note(w, (uint64_t)pos - n, (uint64_t)pos);
         }
         return 0;
 }
@@ -664,7 +756,10 @@ int wsdata_presync(ntfs_store *st, bool durable) {
                 if (r < 0)
                         return r;
                 w->dirty = w->fresh = false;
+                w->pf_ready = w->npf;
         }
+        if (!st->flusher_running)
+                wsdata_prefault(st, false); /* no flusher to do it later (tests) */
         return 0;
 }
 
@@ -675,6 +770,8 @@ void wsdata_presync_unlocked(ntfs_store *st, bool durable) {
         uint64_t mark = wsw_mark(st);
         int fds[PRESYNC_MAX];
         uint64_t ids[PRESYNC_MAX], wgens[PRESYNC_MAX], fgens[PRESYNC_MAX];
+        uint64_t pfgens[PRESYNC_MAX], pfa[PRESYNC_MAX], pfb[PRESYNC_MAX];
+        uint32_t npfs[PRESYNC_MAX];
         size_t n = 0;
         for (size_t i = 0; i < st->nwsd && n < PRESYNC_MAX; i++) {
                 struct wsdata *w = &st->wsd[i];
@@ -682,6 +779,10 @@ void wsdata_presync_unlocked(ntfs_store *st, bool durable) {
                         continue;
                 ids[n] = w->wsid;
                 wgens[n] = w->wgen;
+                pfgens[n] = w->pf_gen;
+                npfs[n] = w->npf;
+                pfa[n] = w->npf ? w->pf[w->npf - 1].a : 0;
+                pfb[n] = w->npf ? w->pf[w->npf - 1].b : 0;
                 fgens[n++] = w->fgen;
         }
         if (!n)
@@ -704,12 +805,15 @@ void wsdata_presync_unlocked(ntfs_store *st, bool durable) {
                                 w->dirty = false;
                         if (w->fgen == fgens[k])
                                 w->fresh = false;
+                        if (w->pf_gen == pfgens[k] && npfs[k] <= w->npf)
+                                pf_synced(w, npfs[k], pfa[k], pfb[k]);
                 }
 }
 
 static void drop_entry(ntfs_store *st, size_t i) {
         (void)wsw_drain(st); /* no queued write to the fd about to close */
         free(st->wsd[i].free);
+        free(st->wsd[i].pf);
         if (st->wsd[i].map)
                 munmap(st->wsd[i].map, st->wsd[i].map_resv);
         close(st->wsd[i].fd);
