@@ -478,8 +478,8 @@ static void pf_note(struct wsdata *w, uint64_t a, uint64_t b) {
  * (a file written on) is split at b, so that a long write is prefaulted as
  * it goes, not all at its end. */
 static void pf_synced(struct wsdata *w, uint32_t n, uint64_t a, uint64_t b) {
-        if (!n)
-                return;
+        if (n <= w->pf_ready)
+                return; /* a commit's sync, meanwhile, reached them all */
         struct pf_range *l = &w->pf[n - 1];
         if (l->a != a || l->b != b) {
                 if (l->a != a || l->b < b || w->npf == PF_MAX) {
