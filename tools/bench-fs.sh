@@ -3,7 +3,10 @@
 # bench-fs.sh — the same filesystem workloads, in one run, on several targets;
 # prints the median of each figure and its ratios (issue 3, docs/bench-fs.md).
 #
-#   tools/bench-fs.sh [--quick]
+#   tools/bench-fs.sh [--quick] [--order]
+#
+# --order prints the order the runs would visit the targets in ("RUN TARGET"
+# per line) and exits.
 #
 # Targets (BENCH_TARGETS, default "native tmpfs overlayfs floor floorsame ntfs"):
 #   native     a fresh directory on the root ext4 for every run
@@ -38,7 +41,10 @@
 # BENCH_DATA_ONLY=1 (only the four fio rows), BENCH_REQS=1 (also count the
 # FUSE requests each row sends the FUSE targets, by opcode, with perf and the
 # kernel's fuse:fuse_request_send tracepoint: a table after the targets).
-# Runs alternate: run r visits the targets in an order rotated by r. Each
+# Runs alternate: run r visits the targets in an order rotated by r and,
+# with three targets or more, every second run in reverse (rotation alone
+# has each target follow the same one in every run, so what a mount leaves
+# behind falls on one side; two targets alternate by rotation). Each
 # target's fio rows and its metadata rows (and make) run on separate fresh
 # mounts, with a sync between.
 # Nothing here gates on absolute times.
@@ -46,11 +52,12 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 HELPER="/usr/bin/python3 $HERE/bench-fs-helper.py"
-QUICK=0
+QUICK=0 ORDER_ONLY=0
 for a in "$@"; do
         case $a in
         --quick) QUICK=1 ;;
-        -h | --help) sed -n '3,44p' "$0"; exit 0 ;;
+        --order) ORDER_ONLY=1 ;;
+        -h | --help) sed -n '3,50p' "$0"; exit 0 ;;
         *) echo "bench-fs: unknown argument $a" >&2; exit 2 ;;
         esac
 done
@@ -64,6 +71,21 @@ else
         TREE_MIN=20000 TAR_NAME=tree-full.tar
 fi
 TARGETS=${BENCH_TARGETS:-native tmpfs overlayfs floor floorsame ntfs}
+read -r -a TLIST <<<"$TARGETS"
+run_order() { # "RUN TARGET" lines (header: "Runs alternate")
+        local n=${#TLIST[@]} run i j
+        for run in $(seq "$RUNS"); do
+                for i in $(seq 0 $((n - 1))); do
+                        j=$i
+                        if [ "$n" -gt 2 ] && [ $((run % 2)) = 0 ]; then j=$((n - 1 - i)); fi
+                        echo "$run ${TLIST[$(((j + run - 1) % n))]}"
+                done
+        done
+}
+if [ $ORDER_ONLY = 1 ]; then
+        run_order
+        exit 0
+fi
 NTFS_BUILD=${NTFS_BUILD:-$(cd "$HERE/.." && pwd)/build}
 FUSEFLOOR=${FUSEFLOOR:-$NTFS_BUILD/tools/fusefloor}
 NTFS_FUSE=${NTFS_FUSE:-$NTFS_BUILD/fs/ntfs-fuse}
@@ -392,7 +414,6 @@ meta_workloads() { # the metadata rows only (BENCH_META_ONLY=1: no fio, no make)
 
 # ---- main -------------------------------------------------------------------
 
-read -r -a TLIST <<<"$TARGETS"
 for t in "${TLIST[@]}"; do
         case $t in
         native | tmpfs | overlayfs | overlayfs-wt | floor | floorsame) ;;
@@ -424,28 +445,26 @@ if [[ " $TARGETS " == *" floor"* ]] && [ ! -x "$FUSEFLOOR" ]; then
         exit 2
 fi
 
-n=${#TLIST[@]}
-for RUN in $(seq "$RUNS"); do
-        for i in $(seq 0 $((n - 1))); do
-                TARGET=${TLIST[$(((i + RUN - 1) % n))]}
-                if [ "$TARGET" = ntfs ] && [ -z "${NTFS_MOUNT_CMD:-}" ] && [ ! -x "$NTFS_FUSE" ]; then
-                        continue
-                fi
-                for PHASE in $(phases); do
-                        log "run $RUN: $TARGET, $PHASE"
-                        base=$SCRATCH/$TARGET-$RUN-$PHASE
-                        mkdir -p "$base/mnt"
-                        "mount_$TARGET" "$base/mnt" "$base"
-                        W=$base/mnt/work
-                        REQ_MNT=$base/mnt
-                        mkdir "$W"
-                        "phase_$PHASE"
-                        rm -rf "$W"
-                        REQ_MNT=
-                        "umount_$TARGET" "$base/mnt"
-                        rm -rf "$base"
-                        sync
-                done
+mapfile -t ORDER < <(run_order)
+for entry in "${ORDER[@]}"; do
+        RUN=${entry%% *} TARGET=${entry#* }
+        if [ "$TARGET" = ntfs ] && [ -z "${NTFS_MOUNT_CMD:-}" ] && [ ! -x "$NTFS_FUSE" ]; then
+                continue
+        fi
+        for PHASE in $(phases); do
+                log "run $RUN: $TARGET, $PHASE"
+                base=$SCRATCH/$TARGET-$RUN-$PHASE
+                mkdir -p "$base/mnt"
+                "mount_$TARGET" "$base/mnt" "$base"
+                W=$base/mnt/work
+                REQ_MNT=$base/mnt
+                mkdir "$W"
+                "phase_$PHASE"
+                rm -rf "$W"
+                REQ_MNT=
+                "umount_$TARGET" "$base/mnt"
+                rm -rf "$base"
+                sync
         done
 done
 

@@ -88,6 +88,37 @@ def test_quick_against_a_base_build(tmp_path):
     assert "NTFS_BASE_BUILD" in r.stdout and r.stdout.rstrip().endswith("Nothing here gates on absolute times."), \
         r.stdout
 
+def run_order(targets, runs):
+    env = dict(os.environ, BENCH_TARGETS=targets, BENCH_RUNS=str(runs))
+    r = subprocess.run([os.path.join(ROOT, "tools", "bench-fs.sh"), "--order"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    order = {}
+    for line in r.stdout.splitlines():
+        run, target = line.split()
+        order.setdefault(int(run), []).append(target)
+    return order
+
+
+def test_run_order_is_balanced():
+    """--order: every run visits every target once; with three targets each
+    one follows each other one equally often within six runs (rotation
+    alone had each follow the same one in every run, so what a mount
+    leaves behind fell on one side); two targets still alternate."""
+    order = run_order("floorsame ntfs-base ntfs", 6)
+    assert sorted(order) == [1, 2, 3, 4, 5, 6]
+    follows = {}
+    for targets in order.values():
+        assert sorted(targets) == ["floorsame", "ntfs", "ntfs-base"], order
+        for a, b in zip(targets, targets[1:]):
+            follows[(a, b)] = follows.get((a, b), 0) + 1
+    assert len(follows) == 6 and set(follows.values()) == {2}, follows
+    assert run_order("ntfs-base ntfs", 2) == {1: ["ntfs-base", "ntfs"], 2: ["ntfs", "ntfs-base"]}
+    four = run_order("native overlayfs floorsame ntfs", 4)
+    assert all(sorted(t) == ["floorsame", "native", "ntfs", "overlayfs"] for t in four.values()), four
+    assert four[1] != four[2] and four[2][0] == "native", four  # run 2: reversed, not just rotated
+
+
 def test_bench_archive_small(tmp_path):
     """tools/bench-archive.sh on a small tree, one round: every row has a time,
     the export lists exactly as GNU tar's archive, the ratios are printed, and
