@@ -1549,6 +1549,15 @@ static bool mapped_soon(ntfs_ws *ws, uint64_t ino, size_t len, uint64_t off) {
         return false;
 }
 
+/* The flusher's data sync, with the lock released while it syncs. */
+static void *presync_unlocked_thread(void *p) {
+        ntfs_store *st = p;
+        store_lock(st);
+        wsdata_presync_unlocked(st, false);
+        pthread_mutex_unlock(&st->lock);
+        return NULL;
+}
+
 TEST(read_mapping_is_prefaulted_and_grows_in_place) {
         static uint8_t x[1 << 20];
         fill(x, sizeof x, 7);
@@ -1587,6 +1596,39 @@ TEST(read_mapping_is_prefaulted_and_grows_in_place) {
         ASSERT_EQ(ntfs_ws_write(ws, a, x, sizeof x, 0, false), (long)sizeof x);
         ASSERT_OK(ntfs_store_flush(st, false));
         ASSERT(probe_read(ws, a, 256 << 10, 512 << 10).mapped);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+
+        /* A range that grew while the flusher's sync ran with the lock
+         * released is split where the sync saw it: the part it reached is
+         * prefaulted, the rest waits for the next sync (a long write is
+         * prefaulted as it goes). The window is held open with a sleep. */
+        ws = quiet_session(&st);
+        a = mkfile(ws, NTFS_ROOT_INO, "a", "");
+        for (uint64_t at = 0; at < (4u << 20); at += sizeof x)
+                ASSERT_EQ(ntfs_ws_write(ws, a, x, sizeof x, at, false), (long)sizeof x);
+        ntfs_fault_arm("wsdata.sync.unlocked", 1, NTFS_FAULT_SLEEP);
+        pthread_t t;
+        ASSERT_EQ(pthread_create(&t, NULL, presync_unlocked_thread, st), 0);
+        while (!ntfs_fault_hits("wsdata.sync.unlocked"))
+                usleep(1000);
+        for (uint64_t at = 4u << 20; at < (8u << 20); at += sizeof x)
+                ASSERT_EQ(ntfs_ws_write(ws, a, x, sizeof x, at, false), (long)sizeof x);
+        ASSERT_EQ(pthread_join(t, NULL), 0);
+        ntfs_fault_disarm();
+        store_lock(st);
+        wsdata_prefault(st, false);
+        pthread_mutex_unlock(&st->lock);
+        ASSERT(probe_read(ws, a, 256 << 10, (4u << 20) - (256 << 10)).mapped);
+        ASSERT(!probe_read(ws, a, 256 << 10, 4u << 20).mapped);
+        ASSERT_OK(ntfs_store_flush(st, false));
+        ASSERT(probe_read(ws, a, 256 << 10, (8u << 20) - (256 << 10)).mapped);
+        static uint8_t got[1 << 20];
+        for (uint64_t at = 0; at < (8u << 20); at += sizeof got) {
+                ASSERT_EQ(ntfs_ws_read(ws, a, got, sizeof got, at), (long)sizeof got);
+                ASSERT(memcmp(got, x, sizeof got) == 0);
+        }
         ntfs_ws_close(ws);
         ntfs_store_close(st);
         rm_rf(tmpdir);
