@@ -1549,6 +1549,12 @@ static bool mapped_soon(ntfs_ws *ws, uint64_t ino, size_t len, uint64_t off) {
         return false;
 }
 
+/* Writes the n bytes of x at every n-th byte of [from, to). */
+static void write_each(ntfs_ws *ws, uint64_t ino, const uint8_t *x, size_t n, uint64_t from, uint64_t to) {
+        for (uint64_t at = from; at < to; at += n)
+                ASSERT_EQ(ntfs_ws_write(ws, ino, x, n, at, false), (long)n);
+}
+
 /* The flusher's data sync, with the lock released while it syncs. */
 static void *presync_unlocked_thread(void *p) {
         ntfs_store *st = p;
@@ -1577,8 +1583,7 @@ TEST(read_mapping_is_prefaulted_and_grows_in_place) {
         ASSERT(!probe_read(ws, s, 32 << 10, 0).mapped);
         /* past the first 64 MiB of the mapping */
         uint64_t big = mkfile(ws, NTFS_ROOT_INO, "big", "");
-        for (uint64_t at = 0; at < (80u << 20); at += sizeof x)
-                ASSERT_EQ(ntfs_ws_write(ws, big, x, sizeof x, at, false), (long)sizeof x);
+        write_each(ws, big, x, sizeof x, 0, 80u << 20);
         ASSERT_OK(ntfs_store_flush(st, false));
         struct piece_probe after = probe_read(ws, a, 256 << 10, 0);
         ASSERT(after.addr == before.addr);
@@ -1606,15 +1611,13 @@ TEST(read_mapping_is_prefaulted_and_grows_in_place) {
          * prefaulted as it goes). The window is held open with a sleep. */
         ws = quiet_session(&st);
         a = mkfile(ws, NTFS_ROOT_INO, "a", "");
-        for (uint64_t at = 0; at < (4u << 20); at += sizeof x)
-                ASSERT_EQ(ntfs_ws_write(ws, a, x, sizeof x, at, false), (long)sizeof x);
+        write_each(ws, a, x, sizeof x, 0, 4u << 20);
         ntfs_fault_arm("wsdata.sync.unlocked", 1, NTFS_FAULT_SLEEP);
         pthread_t t;
         ASSERT_EQ(pthread_create(&t, NULL, presync_unlocked_thread, st), 0);
         while (!ntfs_fault_hits("wsdata.sync.unlocked"))
                 usleep(1000);
-        for (uint64_t at = 4u << 20; at < (8u << 20); at += sizeof x)
-                ASSERT_EQ(ntfs_ws_write(ws, a, x, sizeof x, at, false), (long)sizeof x);
+        write_each(ws, a, x, sizeof x, 4u << 20, 8u << 20);
         ASSERT_EQ(pthread_join(t, NULL), 0);
         ntfs_fault_disarm();
         store_lock(st);
