@@ -217,6 +217,15 @@ struct ntfs_store {
         struct wsw *wsw;       /* their queued writes (wswrite.c); NULL: synchronous (the default) */
         size_t nwsd, wsd_cap;
         uint64_t wsd_gen;      /* counts data file writes */
+        /* Changes to the store (records put or deleted, data file writes),
+         * wrapping: the flusher punches free slots only once it has stood
+         * still for TRIM_IDLE_MS (wsdata_trim). Changed under the lock, read
+         * by the flusher without it while it punches. */
+        atomic_uint changes;
+        uint64_t changes_seen;  /* the flusher's last look at changes */
+        int64_t changes_at;     /* mono ns: when it last saw them move */
+        int64_t pool_checked;   /* mono ns: the last look at the free disk for the pool */
+        bool pool_low;          /* the disk is too full to keep free slots' blocks */
         struct wsdata_oldmap oldmaps[8]; /* unmapped at store_leave */
         size_t noldmaps;
         struct wsdata_job *jobs; /* slots freed by the batch, run when it commits */
@@ -452,10 +461,16 @@ void wsdata_prefault(ntfs_store *st, bool may_unlock);
 /* How many data files hold new bytes no sync has reached yet (lock held;
  * for tests). */
 size_t wsdata_unsynced(ntfs_store *st);
-/* The flusher, after a commit: gives the space of free slots back to the
- * file system (hole punches) with the lock released. Called and returns
+/* The flusher, at each wake-up: gives the space of free slots back to the
+ * file system (hole punches) with the lock released, once the store has
+ * stood still for TRIM_IDLE_MS, or at once when a working state holds
+ * POOL_MAX_BYTES freed or the disk runs low (wsdata.c). Called and returns
  * with the lock held. */
 void wsdata_trim(ntfs_store *st);
+/* Bytes that free slots of a working state (UINT64_MAX: of every one) may
+ * still hold on disk, the reuse pool: free to its writers, though not yet
+ * to the file system. Lock held. */
+uint64_t wsdata_pool_bytes(ntfs_store *st, uint64_t wsid);
 /* After a batch committed / was aborted: run / drop its queued frees. */
 void wsdata_committed(ntfs_store *st);
 void wsdata_aborted(ntfs_store *st);

@@ -446,6 +446,7 @@ int db_put(ntfs_store *st, MDB_dbi dbi, const void *k, size_t kl, const void *v,
                 return lmdb_err(rc);
         }
         st->txn_bytes += kl + vl;
+        atomic_fetch_add_explicit(&st->changes, 1, memory_order_relaxed);
         return 0;
 }
 
@@ -454,6 +455,8 @@ int db_del(ntfs_store *st, MDB_dbi dbi, const void *k, size_t kl) {
         int rc = mdb_del(st->txn, dbi, &key, NULL);
         if (rc && rc != MDB_NOTFOUND)
                 st->txn_broken = true;
+        if (!rc)
+                atomic_fetch_add_explicit(&st->changes, 1, memory_order_relaxed);
         return lmdb_err(rc);
 }
 

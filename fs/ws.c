@@ -2094,6 +2094,9 @@ int ntfs_ws_statfs(ntfs_ws *ws, struct statvfs *ret) {
                 ret->f_namemax = NTFS_NAME_MAX;
                 uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
                 avail = avail > c.st->reserve_bytes ? avail - c.st->reserve_bytes : 0;
+                /* the blocks of freed slots, still allocated until the next
+                 * pause, are this session's to write again */
+                avail += wsdata_pool_bytes(c.st, c.wsid);
                 uint64_t used = ws->session ? c.sr.bytes : 0;
                 uint64_t total = used + avail;
                 if (ws->session && c.sr.quota_bytes) {

@@ -48,6 +48,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -82,7 +83,9 @@ struct wsdata {
         uint64_t live;      /* slots allocated and not yet freed (an upper bound) */
         struct slot_range *free; /* free slots, reused before next_slot grows */
         size_t nfree, free_cap;
+        uint64_t free_slots; /* the slots on the free list */
         uint64_t unpunched; /* free slots whose space may still be on disk */
+        uint64_t unpunched_bytes; /* the blocks their chunks covered when freed */
         bool trimming;      /* the flusher is giving free slots' space back */
         bool retired;       /* its working state went while trimming */
         bool dirty;         /* written since the last sync */
@@ -103,6 +106,7 @@ struct wsdata {
 struct wsdata_job {
         uint64_t wsid;
         uint64_t slot; /* UINT64_MAX: the whole working state went */
+        uint64_t bytes; /* the blocks its chunk's length covered (frees) */
 };
 
 static void chunk_key(uint8_t k[24], uint64_t wsid, uint64_t ino, uint64_t idx) {
@@ -203,12 +207,15 @@ static int data_path(ntfs_store *st, uint64_t wsid, char *buf, size_t len) {
         return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-static int queue_job(ntfs_store *st, uint64_t wsid, uint64_t slot) {
+static int queue_job(ntfs_store *st, uint64_t wsid, uint64_t slot, uint64_t bytes) {
         if (NTFS_ROOM_FOR(st->jobs, st->jobs_cap, st->njobs) < 0)
                 return -ENOMEM;
-        st->jobs[st->njobs++] = (struct wsdata_job){ wsid, slot };
+        st->jobs[st->njobs++] = (struct wsdata_job){ wsid, slot, bytes };
         return 0;
 }
+
+/* The blocks a chunk of len bytes takes in its slot. */
+static uint64_t slot_blocks(uint64_t len) { return (len + 4095) & ~(uint64_t)4095; }
 
 static int cmp_u64(const void *a, const void *b) {
         uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -218,11 +225,13 @@ static int cmp_u64(const void *a, const void *b) {
 static int free_push(struct wsdata *w, uint64_t start, uint64_t count) {
         if (w->nfree && w->free[w->nfree - 1].start + w->free[w->nfree - 1].count == start) {
                 w->free[w->nfree - 1].count += count;
+                w->free_slots += count;
                 return 0;
         }
         if (NTFS_ROOM_FOR(w->free, w->free_cap, w->nfree) < 0)
                 return -ENOMEM;
         w->free[w->nfree++] = (struct slot_range){ start, count };
+        w->free_slots += count;
         return 0;
 }
 
@@ -231,9 +240,19 @@ static int cmp_range(const void *a, const void *b) {
         return x->start < y->start ? -1 : x->start > y->start;
 }
 
+/* Slots per hole punch: a punch holds the data file's inode (and so every
+ * write to it, and every fault in its mapping) through its discard, and an
+ * idle trim looks for new changes between two. */
+#define PUNCH_PIECE 256 /* 16 MiB */
+
 /* Gives the space of ranges back to the file system: sorted, adjacent
- * ranges merged, one punched hole each. Returns the merged count. */
-static size_t punch_ranges(int fd, struct slot_range *r, size_t n) {
+ * ranges merged, punched PUNCH_PIECE slots at a time. With changes set, it
+ * stops at the first piece after *changes moved from seen (the store is
+ * busy again). Returns the merged count; *ret_left: the slots not punched
+ * (a stop, a failure). */
+static size_t punch_ranges(int fd, struct slot_range *r, size_t n, atomic_uint *changes, unsigned seen,
+                           uint64_t *ret_left) {
+        *ret_left = 0;
         if (!n)
                 return 0;
         qsort(r, n, sizeof *r, cmp_range);
@@ -244,12 +263,22 @@ static size_t punch_ranges(int fd, struct slot_range *r, size_t n) {
                 else
                         r[m++] = r[i];
         }
+        bool stop = false;
         for (size_t i = 0; i < m; i++)
-                if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(r[i].start * SLOT_BYTES),
-                              (off_t)(r[i].count * SLOT_BYTES)) < 0 &&
-                    errno != EOPNOTSUPP) {
-                        log_debug("store: punching free slots: %s", strerror(errno));
-                        break; /* only space is lost, until the next pass */
+                for (uint64_t done = 0; done < r[i].count;) {
+                        uint64_t k = NTFS_MIN(r[i].count - done, (uint64_t)PUNCH_PIECE);
+                        if (!stop && changes && atomic_load_explicit(changes, memory_order_relaxed) != seen)
+                                stop = true;
+                        if (!stop &&
+                            fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                      (off_t)((r[i].start + done) * SLOT_BYTES), (off_t)(k * SLOT_BYTES)) < 0 &&
+                            errno != EOPNOTSUPP) {
+                                log_debug("store: punching free slots: %s", strerror(errno));
+                                stop = true; /* only space is lost, until the next pass */
+                        }
+                        if (stop)
+                                *ret_left += k;
+                        done += k;
                 }
         return m;
 }
@@ -287,6 +316,7 @@ static int scan_slots(ntfs_store *st, struct wsdata *w) {
         w->live = n;
         w->next_slot = n ? slots[n - 1] + 1 : 0;
         w->nfree = 0;
+        w->free_slots = 0;
         /* Cut off slots past the last named one. (A file shorter than its
          * records is left for fsck and reads to report, not papered over.) */
         struct stat sb;
@@ -303,6 +333,7 @@ static int scan_slots(ntfs_store *st, struct wsdata *w) {
                 if (slots[i] > from && (r = free_push(w, from, slots[i] - from)) < 0)
                         return r;
                 w->unpunched += slots[i] - from;
+                w->unpunched_bytes += (slots[i] - from) * SLOT_BYTES;
                 from = slots[i] + 1;
         }
         return 0;
@@ -362,13 +393,14 @@ static int wsdata_alloc(ntfs_store *st, uint64_t wsid, uint64_t *ret) {
                 *ret = f->start++; /* ascending, so a file's chunks stay in order */
                 if (!--f->count)
                         w->nfree--;
+                w->free_slots--;
         } else if (w->next_slot >= (uint64_t)INT64_MAX / SLOT_BYTES - 1) {
                 return -EFBIG;
         } else {
                 *ret = w->next_slot++;
         }
         w->live++;
-        st->taken[st->ntaken++] = (struct wsdata_job){ wsid, *ret };
+        st->taken[st->ntaken++] = (struct wsdata_job){ wsid, *ret, SLOT_BYTES };
         return 0;
 }
 
@@ -381,8 +413,10 @@ static void slot_give_back(ntfs_store *st, uint64_t wsid, uint64_t slot) {
                 return;
         if (w->live)
                 w->live--;
-        if (free_push(w, slot, 1) == 0) /* ENOMEM: lost until the next scan */
+        if (free_push(w, slot, 1) == 0) { /* ENOMEM: lost until the next scan */
                 w->unpunched++;
+                w->unpunched_bytes += SLOT_BYTES;
+        }
 }
 
 /* Gives back the slot wsdata_alloc just returned, when nothing came to name
@@ -561,6 +595,7 @@ static int wsdata_pwrite(ntfs_store *st, uint64_t wsid, uint64_t slot, size_t in
         const uint8_t *p = buf ? buf : zeros;
         w->dirty = true;
         w->wgen = ++st->wsd_gen;
+        atomic_fetch_add_explicit(&st->changes, 1, memory_order_relaxed);
         if (fresh) {
                 w->fresh = true;
                 w->fgen = w->wgen;
@@ -713,7 +748,7 @@ int chunks_drop(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t from) {
                                         break;
                                 opened = true;
                         }
-                        if ((r = queue_job(st, wsid, cr.slot)) < 0)
+                        if ((r = queue_job(st, wsid, cr.slot, slot_blocks(cr.len))) < 0)
                                 break;
                 }
                 if ((rc = mdb_cursor_del(cur, 0)) != 0)
@@ -729,7 +764,7 @@ int chunks_drop(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t from) {
         return r;
 }
 
-int wsdata_retire(ntfs_store *st, uint64_t wsid) { return queue_job(st, wsid, UINT64_MAX); }
+int wsdata_retire(ntfs_store *st, uint64_t wsid) { return queue_job(st, wsid, UINT64_MAX, 0); }
 
 /* What a commit must sync first: every write for a durable one, only the
  * fresh ones otherwise (rule 1). */
@@ -821,12 +856,22 @@ static void drop_entry(ntfs_store *st, size_t i) {
         st->wsd[i] = st->wsd[--st->nwsd];
 }
 
-/* Free slots are kept for reuse; their space goes back to the file system
- * (wsdata_trim) when a working state has none in use, or when this many
- * were freed since the last time. Hole punches wait for the disk's discard
- * on this machine: done in the store lock, one per freed slot, they made an
- * rm -rf of 20,000 files 2.5x slower. */
-#define PUNCH_EVERY 16384 /* slots: 1 GiB */
+/* Free slots are a pool kept for reuse: a write takes one before the data
+ * file grows, and its blocks are still allocated, so neither a punch nor a
+ * new allocation is paid for it. Their space goes back to the file system
+ * (wsdata_trim) once the store has stood still for TRIM_IDLE_MS (an agent
+ * waiting on its model, a command done), at once when a working state has
+ * freed POOL_MAX_BYTES since its last punch, and at once when the disk is
+ * low: less than POOL_LOW_DISK free, or less than four times the pool.
+ * Hole punches wait for the disk's discard on this machine: done in the
+ * store lock, one per freed slot, they made an rm -rf of 20,000 files 2.5x
+ * slower; done by the flusher while the rm -rf ran, they were still ~5%
+ * of the daemon's samples, and punched at the first quiet moment they
+ * slowed the next command instead (docs/store.md 4.8, "Free slots are a
+ * pool"). */
+#define TRIM_IDLE_MS 2000
+#define POOL_MAX_BYTES ((uint64_t)1 << 30)
+#define POOL_LOW_DISK ((uint64_t)1 << 30)
 
 void wsdata_committed(ntfs_store *st) {
         for (size_t j = 0; j < st->njobs; j++) {
@@ -850,17 +895,62 @@ void wsdata_committed(ntfs_store *st) {
                         w->live--;
                 /* Reusable from now on: the batch that freed it has committed.
                  * On ENOMEM the slot is only lost until the next scan. */
-                if (free_push(w, job->slot, 1) == 0)
+                if (free_push(w, job->slot, 1) == 0) {
                         w->unpunched++;
+                        w->unpunched_bytes += job->bytes;
+                }
         }
         st->njobs = 0;
         st->ntaken = 0;
 }
 
+static uint64_t pool_of(const struct wsdata *w) {
+        if (w->retired)
+                return 0;
+        return NTFS_MIN(w->unpunched_bytes, NTFS_MIN(w->unpunched, w->free_slots) * SLOT_BYTES);
+}
+
+uint64_t wsdata_pool_bytes(ntfs_store *st, uint64_t wsid) {
+        uint64_t sum = 0;
+        for (size_t i = 0; i < st->nwsd; i++)
+                if (wsid == UINT64_MAX || st->wsd[i].wsid == wsid)
+                        sum += pool_of(&st->wsd[i]);
+        return sum;
+}
+
+/* Whether the disk is too full to keep the pool (looked at once a second,
+ * and whenever a write found space low). */
+static bool pool_low(ntfs_store *st, uint64_t pool, int64_t now) {
+        if (st->low_space)
+                return st->pool_low = true;
+        if (now - st->pool_checked < 1000000000LL)
+                return st->pool_low;
+        st->pool_checked = now;
+        struct statvfs sv;
+        if (statvfs(st->dir, &sv) < 0)
+                return st->pool_low = true; /* cannot tell: give it back */
+        uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+        return st->pool_low = avail < POOL_LOW_DISK || avail / 4 < pool;
+}
+
 void wsdata_trim(ntfs_store *st) {
+        int64_t now = ntfs_mono_ns();
+        unsigned seen = atomic_load_explicit(&st->changes, memory_order_relaxed);
+        if (seen != st->changes_seen) {
+                st->changes_seen = seen;
+                st->changes_at = now;
+        }
+        uint64_t pool = wsdata_pool_bytes(st, UINT64_MAX);
+        if (!pool)
+                return;
+        bool idle = now - st->changes_at >= TRIM_IDLE_MS * 1000000LL;
+        bool low = pool_low(st, pool, now);
         for (size_t i = 0; i < st->nwsd; i++) {
                 struct wsdata *w = &st->wsd[i];
-                if (w->trimming || w->retired || !w->unpunched || (w->live && w->unpunched < PUNCH_EVERY))
+                if (w->trimming || !pool_of(w))
+                        continue;
+                bool at_once = low || w->unpunched_bytes >= POOL_MAX_BYTES;
+                if (!at_once && !idle)
                         continue;
                 int fd = fcntl(w->fd, F_DUPFD_CLOEXEC, 0);
                 if (fd < 0)
@@ -869,18 +959,23 @@ void wsdata_trim(ntfs_store *st) {
                  * no write can take one of them meanwhile. */
                 struct slot_range *r = w->free;
                 size_t n = w->nfree;
-                uint64_t wsid = w->wsid;
+                uint64_t wsid = w->wsid, bytes = w->unpunched_bytes, left;
                 w->free = NULL;
                 w->nfree = w->free_cap = 0;
-                w->unpunched = 0;
+                w->free_slots = 0;
+                w->unpunched = w->unpunched_bytes = 0;
                 w->trimming = true;
                 pthread_mutex_unlock(&st->lock);
-                n = punch_ranges(fd, r, n);
+                /* an idle trim yields to the first change: what it did not
+                 * punch waits for the next pause */
+                n = punch_ranges(fd, r, n, at_once ? NULL : &st->changes, seen, &left);
                 close(fd);
                 store_lock(st);
                 w = find_entry(st, wsid, &i);
                 if (w) {
                         w->trimming = false;
+                        w->unpunched += left;
+                        w->unpunched_bytes += NTFS_MIN(bytes, left * SLOT_BYTES);
                         /* lowest last: it is taken first */
                         for (size_t k = n; k-- > 0 && !w->retired;)
                                 if (free_push(w, r[k].start, r[k].count) < 0)
@@ -907,6 +1002,18 @@ void wsdata_aborted(ntfs_store *st) {
 
 void wsdata_close_all(ntfs_store *st) {
         wsdata_leave(st);
+        /* the pool's blocks go back to the file system before the files
+         * close: a working state not opened again would keep them */
+        for (size_t i = 0; i < st->nwsd; i++) {
+                struct wsdata *w = &st->wsd[i];
+                uint64_t left;
+                if (pool_of(w) && !w->trimming) {
+                        (void)wsw_drain(st); /* no queued write lands in a slot being punched */
+                        punch_ranges(w->fd, w->free, w->nfree, NULL, 0, &left);
+                        w->nfree = 0;
+                        w->free_slots = 0;
+                }
+        }
         while (st->nwsd)
                 drop_entry(st, st->nwsd - 1);
         free(st->wsd);

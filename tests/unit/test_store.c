@@ -2437,6 +2437,85 @@ TEST(failed_queued_write_breaks_its_batch) {
         rm_rf(tmpdir);
 }
 
+static uint64_t data_file_blocks(const char *path) {
+        struct stat sb;
+        ASSERT_OK(stat(path, &sb));
+        return (uint64_t)sb.st_blocks * 512;
+}
+
+/* Freed slots are a pool (wsdata.c, TRIM_IDLE_MS): their blocks stay
+ * allocated while the store keeps changing, statfs counts them as free, a
+ * write takes them again without the data file growing, and once the store
+ * has stood still for two seconds the flusher punches out what is left. */
+TEST(freed_slots_pool_until_the_store_stands_still) {
+        static uint8_t x[8 << 20], y[1 << 20];
+        fill(x, sizeof x, 5);
+        fill(y, sizeof y, 6);
+        ntfs_store *st;
+        ntfs_ws *ws = flusher_session(&st);
+        uint64_t a = mkfile(ws, NTFS_ROOT_INO, "a", NULL);
+        ASSERT_EQ(ntfs_ws_write(ws, a, x, sizeof x, 0, false), (long)sizeof x);
+        ASSERT_OK(ntfs_store_flush(st, true));
+        char path[400];
+        data_file(path, sizeof path);
+        ASSERT(data_file_blocks(path) >= sizeof x);
+
+        /* a's slots are freed when the batch that truncates it commits */
+        struct ntfs_attr zero = { .size = 0 }, out;
+        ASSERT_OK(ntfs_ws_setattr(ws, a, &zero, NTFS_SET_SIZE, &out));
+        ASSERT_OK(ntfs_store_flush(st, true));
+        /* the store keeps changing (a small file every 100 ms for 3 s):
+         * the freed blocks stay */
+        for (int i = 0; i < 30; i++) {
+                char name[32];
+                snprintf(name, sizeof name, "busy%d", i);
+                mkfile(ws, NTFS_ROOT_INO, name, "x");
+                usleep(100 * 1000);
+        }
+        ASSERT(data_file_blocks(path) >= sizeof x);
+        /* statfs counts them as free: what the mount reports past the host's
+         * free disk (less the store's reserve) is the pool */
+        struct statvfs mine, host;
+        ASSERT_OK(ntfs_ws_statfs(ws, &mine));
+        ASSERT_OK(statvfs(tmpdir, &host));
+        uint64_t host_free = (uint64_t)host.f_bavail * host.f_frsize - st->reserve_bytes;
+        uint64_t ws_free = (uint64_t)mine.f_bavail * mine.f_frsize;
+        ASSERT(ws_free >= host_free + sizeof x - (1u << 20)); /* a MiB for the host's own changes */
+
+        /* a write takes the pool's slots: the data file does not grow */
+        struct stat sb;
+        ASSERT_OK(stat(path, &sb));
+        off_t size = sb.st_size;
+        uint64_t b = mkfile(ws, NTFS_ROOT_INO, "b", NULL);
+        ASSERT_EQ(ntfs_ws_write(ws, b, y, sizeof y, 0, false), (long)sizeof y);
+        ASSERT_OK(ntfs_store_flush(st, true));
+        writes_landed(st);
+        ASSERT_OK(stat(path, &sb));
+        ASSERT_EQ(sb.st_size, size);
+
+        /* standing still, the rest goes back to the file system */
+        uint64_t blocks = 0;
+        for (int i = 0; i < 200; i++) { /* 10 s */
+                blocks = data_file_blocks(path);
+                if (blocks <= sizeof y + (64u << 10))
+                        break;
+                usleep(50 * 1000);
+        }
+        ASSERT(blocks <= sizeof y + (64u << 10));
+        ASSERT(blocks >= sizeof y);
+        expect_bytes(ws, "b", y, sizeof y);
+        fsck_clean(st);
+
+        /* closing the store gives the pool back at once */
+        ASSERT_OK(ntfs_ws_setattr(ws, b, &zero, NTFS_SET_SIZE, &out));
+        ASSERT_OK(ntfs_store_flush(st, true));
+        ASSERT(data_file_blocks(path) >= sizeof y);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        ASSERT_EQ(data_file_blocks(path), 0u);
+        rm_rf(tmpdir);
+}
+
 static uint64_t reserve_bytes_on_disk(void) {
         char path[400];
         struct stat sb;
@@ -3255,6 +3334,7 @@ int main(void) {
         RUN(failed_writes_give_their_slots_back);
         RUN(queued_writes_land_in_order);
         RUN(failed_queued_write_breaks_its_batch);
+        RUN(freed_slots_pool_until_the_store_stands_still);
         RUN(full_disk_under_queued_writes_takes_the_reserve);
         RUN(forget_queue_frees_unlinked_inodes);
         RUN(queued_forgets_are_freed_while_busy);
