@@ -508,9 +508,18 @@ static int cmd_status(struct ctx *c, const struct cmd *cmd, struct args *a) {
                         snprintf(objs, sizeof objs, "%" JSON_INTEGER_FORMAT, n);
                 table_add(&t, (const char *[]){ "objects:", objs });
         }
-        char wd[64];
-        if (jint(j, "data_bytes", &n))
-                table_add(&t, (const char *[]){ "working data:", human_bytes((uint64_t)NTFS_MAX(n, 0), wd, sizeof wd) });
+        char wd[160];
+        if (jint(j, "data_bytes", &n)) {
+                human_bytes((uint64_t)NTFS_MAX(n, 0), wd, sizeof wd);
+                json_int_t re;
+                char rb[64];
+                if (jint(j, "data_reusable_bytes", &re) && re > 0) {
+                        size_t off = strlen(wd);
+                        snprintf(wd + off, sizeof wd - off, " (%s of it freed, reusable)",
+                                 human_bytes((uint64_t)re, rb, sizeof rb));
+                }
+                table_add(&t, (const char *[]){ "working data:", wd });
+        }
         json_t *jail = json_object_get(j, "jail");
         if (json_is_object(jail)) {
                 char line[512] = "";
@@ -2317,7 +2326,9 @@ static const struct cmd commands[] = {
           "Shows ntfsd's version and pid, the store directory, the number of sessions,\n"
           "tags and objects, the size of the store's database (objects:, in brackets),\n"
           "the disk space of the working data files (working data: file content written\n"
-          "since the last checkpoints), the jail's cgroup controls and every mount.\n"
+          "since the last checkpoints; in brackets, how much of it is freed content\n"
+          "kept for reuse, given back once the store is idle), the jail's cgroup\n"
+          "controls and every mount.\n"
           "\nExample:\n  ntfs-ctl status\n",
           no_flags, 0, 0, false, cmd_status },
         { "session new", "NAME [--from SESSION|COMMIT|TAG]", "create a session",

@@ -29,11 +29,12 @@ static int h_status(void *ud, const ntfs_http_request *req, ntfs_http_response *
         int r = ntfs_store_stats(D.st, &ss);
         if (r < 0)
                 return d_fail(resp, r, "status");
-        json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:o, s:{s:i, s:b, s:b, s:b, s:b}}",
+        json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:{s:i, s:b, s:b, s:b, s:b}}",
                               "version", NTFSD_VERSION, "store", D.store_dir, "pid", (int)getpid(), "sessions",
                               (json_int_t)ss.sessions, "tags", (json_int_t)ss.tags, "objects",
                               (json_int_t)ss.objects, "used_bytes", (json_int_t)ss.used_bytes, "data_bytes",
-                              (json_int_t)ss.data_bytes, "mounts",
+                              (json_int_t)ss.data_bytes, "data_reusable_bytes", (json_int_t)ss.data_reusable_bytes,
+                              "mounts",
                               d_mounts_json(), "jail", "cgroup_version", D.caps.cgroup_version, "memory",
                               D.caps.cgroup_memory, "pids", D.caps.cgroup_pids, "cpu", D.caps.cgroup_cpu,
                               "seccomp", D.caps.seccomp);

@@ -1618,7 +1618,10 @@ int ntfs_store_stats(ntfs_store *st, struct ntfs_store_stats *ret) {
                 ret->map_bytes = info.me_mapsize;
         if (lmdb_hwm(st, &ret->used_bytes) < 0)
                 ret->used_bytes = 0;
+        ret->data_reusable_bytes = wsdata_pool_bytes(st, UINT64_MAX);
         store_leave(st);
         ret->data_bytes = wsdata_disk_bytes(st);
+        /* an upper bound either way: shown as at most what the files take */
+        ret->data_reusable_bytes = NTFS_MIN(ret->data_reusable_bytes, ret->data_bytes);
         return 0;
 }

@@ -240,6 +240,7 @@ struct ntfs_store_stats {
         uint64_t objects, sessions, tags, map_bytes;
         uint64_t used_bytes; /* LMDB's data file, up to its high-water mark */
         uint64_t data_bytes; /* disk space of the working data files (file content written since checkpoints) */
+        uint64_t data_reusable_bytes; /* of which freed, kept for reuse until the store pauses (at most) */
 };
 int ntfs_store_stats(ntfs_store *st, struct ntfs_store_stats *ret);
 
