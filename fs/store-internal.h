@@ -222,7 +222,7 @@ struct ntfs_store {
          * still for TRIM_IDLE_MS (wsdata_trim). Changed under the lock, read
          * by the flusher without it while it punches. */
         atomic_uint changes;
-        uint64_t changes_seen;  /* the flusher's last look at changes */
+        unsigned changes_seen;  /* the flusher's last look at changes */
         int64_t changes_at;     /* mono ns: when it last saw them move */
         int64_t pool_checked;   /* mono ns: the last look at the free disk for the pool */
         bool pool_low;          /* the disk is too full to keep free slots' blocks */
@@ -351,6 +351,14 @@ size_t ws_forget_drain_all(ntfs_store *st);
  * a busy one commits the batch sooner (store.c, commit_due,
  * NTFS_STORE_QUIET_FLUSH_MS). */
 #define STORE_BUSY_ENTRIES 64u
+/* Counts a change to the store (a record put or deleted, a data file
+ * write). Lock held: only the holder writes the counter, so a plain load
+ * and store do (no locked add on every put); the flusher reads it without
+ * the lock while it punches (wsdata_trim). */
+static inline void store_changed(ntfs_store *st) {
+        unsigned n = atomic_load_explicit(&st->changes, memory_order_relaxed);
+        atomic_store_explicit(&st->changes, n + 1, memory_order_relaxed);
+}
 /* The reserve is held in LMDB's file (store.c, reserve_hold). Lock held. */
 bool store_reserve_held(ntfs_store *st);
 /* Runs invalidate callbacks that a rollback queued (call without the lock). */

@@ -446,7 +446,7 @@ int db_put(ntfs_store *st, MDB_dbi dbi, const void *k, size_t kl, const void *v,
                 return lmdb_err(rc);
         }
         st->txn_bytes += kl + vl;
-        atomic_fetch_add_explicit(&st->changes, 1, memory_order_relaxed);
+        store_changed(st);
         return 0;
 }
 
@@ -456,7 +456,7 @@ int db_del(ntfs_store *st, MDB_dbi dbi, const void *k, size_t kl) {
         if (rc && rc != MDB_NOTFOUND)
                 st->txn_broken = true;
         if (!rc)
-                atomic_fetch_add_explicit(&st->changes, 1, memory_order_relaxed);
+                store_changed(st);
         return lmdb_err(rc);
 }
 

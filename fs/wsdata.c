@@ -235,6 +235,18 @@ static int free_push(struct wsdata *w, uint64_t start, uint64_t count) {
         return 0;
 }
 
+/* Frees count slots from start, whose chunks took up to bytes of disk:
+ * onto the free list, and into the pool until a trim punches them.
+ * ENOMEM: they are lost until the next scan. */
+static int pool_push(struct wsdata *w, uint64_t start, uint64_t count, uint64_t bytes) {
+        int r = free_push(w, start, count);
+        if (r == 0) {
+                w->unpunched += count;
+                w->unpunched_bytes += bytes;
+        }
+        return r;
+}
+
 static int cmp_range(const void *a, const void *b) {
         const struct slot_range *x = a, *y = b;
         return x->start < y->start ? -1 : x->start > y->start;
@@ -330,10 +342,9 @@ static int scan_slots(ntfs_store *st, struct wsdata *w) {
         w->fsize = (uint64_t)sb.st_size;
         uint64_t from = 0;
         for (size_t i = 0; i < n; i++) {
-                if (slots[i] > from && (r = free_push(w, from, slots[i] - from)) < 0)
+                if (slots[i] > from &&
+                    (r = pool_push(w, from, slots[i] - from, (slots[i] - from) * SLOT_BYTES)) < 0)
                         return r;
-                w->unpunched += slots[i] - from;
-                w->unpunched_bytes += (slots[i] - from) * SLOT_BYTES;
                 from = slots[i] + 1;
         }
         return 0;
@@ -413,10 +424,7 @@ static void slot_give_back(ntfs_store *st, uint64_t wsid, uint64_t slot) {
                 return;
         if (w->live)
                 w->live--;
-        if (free_push(w, slot, 1) == 0) { /* ENOMEM: lost until the next scan */
-                w->unpunched++;
-                w->unpunched_bytes += SLOT_BYTES;
-        }
+        (void)pool_push(w, slot, 1, SLOT_BYTES);
 }
 
 /* Gives back the slot wsdata_alloc just returned, when nothing came to name
@@ -595,7 +603,7 @@ static int wsdata_pwrite(ntfs_store *st, uint64_t wsid, uint64_t slot, size_t in
         const uint8_t *p = buf ? buf : zeros;
         w->dirty = true;
         w->wgen = ++st->wsd_gen;
-        atomic_fetch_add_explicit(&st->changes, 1, memory_order_relaxed);
+        store_changed(st);
         if (fresh) {
                 w->fresh = true;
                 w->fgen = w->wgen;
@@ -893,12 +901,8 @@ void wsdata_committed(ntfs_store *st) {
                         continue; /* no entry cannot happen: a slot's file is opened to free it */
                 if (w->live)
                         w->live--;
-                /* Reusable from now on: the batch that freed it has committed.
-                 * On ENOMEM the slot is only lost until the next scan. */
-                if (free_push(w, job->slot, 1) == 0) {
-                        w->unpunched++;
-                        w->unpunched_bytes += job->bytes;
-                }
+                /* reusable from now on: the batch that freed it has committed */
+                (void)pool_push(w, job->slot, 1, job->bytes);
         }
         st->njobs = 0;
         st->ntaken = 0;
@@ -1004,11 +1008,11 @@ void wsdata_close_all(ntfs_store *st) {
         wsdata_leave(st);
         /* the pool's blocks go back to the file system before the files
          * close: a working state not opened again would keep them */
+        (void)wsw_drain(st); /* no queued write lands in a slot being punched */
         for (size_t i = 0; i < st->nwsd; i++) {
                 struct wsdata *w = &st->wsd[i];
                 uint64_t left;
                 if (pool_of(w) && !w->trimming) {
-                        (void)wsw_drain(st); /* no queued write lands in a slot being punched */
                         punch_ranges(w->fd, w->free, w->nfree, NULL, 0, &left);
                         w->nfree = 0;
                         w->free_slots = 0;
