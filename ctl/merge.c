@@ -285,7 +285,7 @@ static void kids_free(struct kids *k) {
 
 static int list_dir(ntfs_ws *ws, uint64_t ino, struct kids *k) {
         memset(k, 0, sizeof *k);
-        int r = ntfs_ws_readdir(ws, ino, 0, true, kids_cb, k);
+        int r = ntfs_ws_readdir(ws, ino, 0, true, 0, kids_cb, k);
         if (r >= 0 && k->err)
                 r = k->err;
         if (r < 0)

@@ -367,6 +367,11 @@ void store_run_invalidations(ntfs_store *st);
 int db_get(ntfs_store *st, MDB_dbi dbi, const void *k, size_t kl, MDB_val *ret);
 int db_put(ntfs_store *st, MDB_dbi dbi, const void *k, size_t kl, const void *v, size_t vl);
 int db_del(ntfs_store *st, MDB_dbi dbi, const void *k, size_t kl);
+/* Looks key up with a cursor of dbi left on it (*ret_cur, to close with
+ * mdb_cursor_close, before the store is left): db_cursor_del then deletes
+ * the record without a second descent. -ENOENT (cursor closed) when absent. */
+int db_get_at(ntfs_store *st, MDB_dbi dbi, const void *k, size_t kl, MDB_val *ret, MDB_cursor **ret_cur);
+int db_cursor_del(ntfs_store *st, MDB_cursor *cur);
 /* Deletes every key starting with prefix. */
 int db_del_prefix(ntfs_store *st, MDB_dbi dbi, const void *prefix, size_t pl);
 int lmdb_err(int rc);

@@ -460,6 +460,30 @@ int db_del(ntfs_store *st, MDB_dbi dbi, const void *k, size_t kl) {
         return lmdb_err(rc);
 }
 
+int db_get_at(ntfs_store *st, MDB_dbi dbi, const void *k, size_t kl, MDB_val *ret, MDB_cursor **ret_cur) {
+        MDB_cursor *cur;
+        int rc = mdb_cursor_open(st->txn, dbi, &cur);
+        if (rc)
+                return lmdb_err(rc);
+        MDB_val key = { kl, (void *)k };
+        if ((rc = mdb_cursor_get(cur, &key, ret, MDB_SET)) != 0) {
+                mdb_cursor_close(cur);
+                return lmdb_err(rc);
+        }
+        *ret_cur = cur;
+        return 0;
+}
+
+int db_cursor_del(ntfs_store *st, MDB_cursor *cur) {
+        int rc = mdb_cursor_del(cur, 0);
+        if (rc) {
+                st->txn_broken = true;
+                return lmdb_err(rc);
+        }
+        store_changed(st);
+        return 0;
+}
+
 int db_del_prefix(ntfs_store *st, MDB_dbi dbi, const void *prefix, size_t pl) {
         MDB_cursor *cur;
         int rc = mdb_cursor_open(st->txn, dbi, &cur);

@@ -352,8 +352,10 @@ int ntfs_ws_fallocate(ntfs_ws *ws, uint64_t ino, int mode, uint64_t off, uint64_
  * entry and the cookie that resumes after it; cb returning non-zero stops
  * (that entry is not consumed). "." and ".." are not included. With plus,
  * each entry is looked up (attr filled); otherwise only attr->ino and
- * attr->mode's type bits are set. */
-int ntfs_ws_readdir(ntfs_ws *ws, uint64_t ino, uint64_t cookie, bool plus,
+ * attr->mode's type bits are set. max (0: no bound) is how many entries
+ * the caller can take at most: no more are read (a FUSE reply's buffer
+ * holds a known number at most). */
+int ntfs_ws_readdir(ntfs_ws *ws, uint64_t ino, uint64_t cookie, bool plus, size_t max,
                     int (*cb)(const char *name, const struct ntfs_attr *attr, uint64_t next_cookie, void *),
                     void *ud);
 

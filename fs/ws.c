@@ -536,8 +536,48 @@ static int dent_set(struct ctx *c, uint64_t dir, const char *name, uint64_t ino,
         return db_put(c->st, c->st->dent, k, kl, &dv, sizeof dv);
 }
 
-/* Removes name from dir: a whiteout when the base has it, else deletion. */
-static int dent_remove(struct ctx *c, uint64_t dir, const struct ino_rec *drec, const char *name) {
+/* child_get for a removal (unlink, rmdir). When dir has no base tree,
+ * the entry can only be the overlay's record, and *ret_cur is a cursor
+ * left on it for dent_remove (to close with mdb_cursor_close before the
+ * store is left; NULL otherwise): the entry is found once, not twice. */
+static int child_get_at(struct ctx *c, uint64_t dir, const struct ino_rec *drec, const char *name,
+                        uint64_t *ret_ino, struct ino_rec *ret, MDB_cursor **ret_cur) {
+        *ret_cur = NULL;
+        if (!base_empty(c, &drec->base))
+                return child_get(c, dir, drec, name, ret_ino, ret);
+        size_t nl = strlen(name);
+        uint8_t k[24 + NTFS_NAME_MAX];
+        size_t kl = dent_key(k, c->wsid, dir, ctx_name_hash(c, name, nl), name, nl);
+        MDB_val v;
+        MDB_cursor *cur;
+        int r = db_get_at(c->st, c->st->dent, k, kl, &v, &cur);
+        if (r < 0)
+                return r;
+        struct dent_val dv;
+        if (v.mv_size != sizeof dv)
+                r = -NTFS_ECORRUPT;
+        else {
+                memcpy(&dv, v.mv_data, sizeof dv);
+                r = dv.ino == 0 ? -ENOENT : ino_get(c->st, c->wsid, dv.ino, ret);
+        }
+        if (r < 0) {
+                mdb_cursor_close(cur);
+                return r;
+        }
+        *ret_ino = dv.ino;
+        *ret_cur = cur;
+        return 0;
+}
+
+/* Removes name from dir: a whiteout when the base has it, else deletion
+ * (where cur stands, when child_get_at left one; it is closed). */
+static int dent_remove_at(struct ctx *c, uint64_t dir, const struct ino_rec *drec, const char *name,
+                          MDB_cursor *cur) {
+        if (cur) {
+                int r = db_cursor_del(c->st, cur);
+                mdb_cursor_close(cur);
+                return r;
+        }
         bool in_base;
         int r = base_has(c, drec, name, &in_base);
         if (r < 0)
@@ -549,6 +589,10 @@ static int dent_remove(struct ctx *c, uint64_t dir, const struct ino_rec *drec, 
         size_t kl = dent_key(k, c->wsid, dir, ctx_name_hash(c, name, nl), name, nl);
         r = db_del(c->st, c->st->dent, k, kl);
         return r == -ENOENT ? 0 : r;
+}
+
+static int dent_remove(struct ctx *c, uint64_t dir, const struct ino_rec *drec, const char *name) {
+        return dent_remove_at(c, dir, drec, name, NULL);
 }
 
 static int dir_get(struct ctx *c, uint64_t ino, struct ino_rec *ret) {
@@ -1470,17 +1514,22 @@ int ntfs_ws_unlink(ntfs_ws *ws, uint64_t parent, const char *name) {
                 return r;
         struct ino_rec d, rec;
         uint64_t ino;
+        MDB_cursor *at = NULL;
         r = check_name(name);
         if (r == 0)
                 r = dir_get(&c, parent, &d);
         if (r == 0)
-                r = child_get(&c, parent, &d, name, &ino, &rec);
+                r = child_get_at(&c, parent, &d, name, &ino, &rec, &at);
         if (r == 0 && S_ISDIR(rec.mode))
                 r = -EISDIR;
         if (r == 0)
                 r = NTFS_FAULT("store.unlink");
-        if (r == 0)
-                r = dent_remove(&c, parent, &d, name);
+        if (r == 0) {
+                r = dent_remove_at(&c, parent, &d, name, at);
+                at = NULL;
+        }
+        if (at)
+                mdb_cursor_close(at);
         if (r == 0)
                 r = drop_link(&c, ino, &rec);
         if (r == 0 && (r = ino_get(c.st, c.wsid, parent, &d)) == 0) {
@@ -1501,16 +1550,21 @@ int ntfs_ws_rmdir(ntfs_ws *ws, uint64_t parent, const char *name) {
         r = strcmp(name, ".") == 0 ? -EINVAL : strcmp(name, "..") == 0 ? -ENOTEMPTY : check_name(name);
         if (r == 0)
                 r = dir_get(&c, parent, &d);
+        MDB_cursor *at = NULL;
         if (r == 0)
-                r = child_get(&c, parent, &d, name, &ino, &rec);
+                r = child_get_at(&c, parent, &d, name, &ino, &rec, &at);
         if (r == 0 && !S_ISDIR(rec.mode))
                 r = -ENOTDIR;
         if (r == 0)
                 r = dir_is_empty(&c, ino, &rec, &empty);
         if (r == 0 && !empty)
                 r = -ENOTEMPTY;
-        if (r == 0)
-                r = dent_remove(&c, parent, &d, name);
+        if (r == 0) {
+                r = dent_remove_at(&c, parent, &d, name, at);
+                at = NULL;
+        }
+        if (at)
+                mdb_cursor_close(at);
         if (r == 0) {
                 rec.nlink = 0;
                 rec.ctime = now_ns();
@@ -1751,6 +1805,8 @@ int ntfs_ws_rename(ntfs_ws *ws, uint64_t parent, const char *name, uint64_t newp
 
 struct rd_item {
         uint64_t h;
+        uint64_t ino; /* the overlay's entry: its inode; 0: the base tree's, not yet materialized */
+        uint32_t mode;
         char name[NTFS_NAME_MAX + 1];
 };
 
@@ -1799,6 +1855,8 @@ static int dir_collect(struct ctx *c, uint64_t dir, const struct ino_rec *drec, 
                         cmp = entry_cmp(te.h, te.name, te.namelen, oh, on, onl);
                 if (cmp < 0) {
                         items[n].h = te.h;
+                        items[n].ino = 0;
+                        items[n].mode = 0;
                         memcpy(items[n].name, te.name, te.namelen);
                         items[n].name[te.namelen] = 0;
                         n++;
@@ -1811,6 +1869,8 @@ static int dir_collect(struct ctx *c, uint64_t dir, const struct ino_rec *drec, 
                         memcpy(&dv, v.mv_data, sizeof dv);
                         if (dv.ino) {
                                 items[n].h = oh;
+                                items[n].ino = dv.ino;
+                                items[n].mode = dv.mode;
                                 memcpy(items[n].name, on, onl);
                                 items[n].name[onl] = 0;
                                 n++;
@@ -1837,14 +1897,50 @@ static int dir_is_empty(struct ctx *c, uint64_t ino, const struct ino_rec *rec, 
 
 #define RD_BATCH 64
 
-int ntfs_ws_readdir(ntfs_ws *ws, uint64_t ino, uint64_t cookie, bool plus,
+/* One listed entry's attributes (plus) or inode number and type. An
+ * entry of the overlay names its inode: read directly, not looked up by
+ * name a second time; without plus its directory entry's type is all that
+ * is needed. A base tree's entry is materialized (stable inode numbers for
+ * d_ino). */
+static int rd_attr(struct ctx *c, uint64_t dir, const struct ino_rec *drec, const struct rd_item *it, bool plus,
+                   struct ntfs_attr *ret) {
+        struct ino_rec rec;
+        uint64_t cino = it->ino;
+        int r;
+        if (cino && !plus && (it->mode & S_IFMT)) {
+                memset(ret, 0, sizeof *ret);
+                ret->ino = cino;
+                ret->mode = it->mode & S_IFMT;
+                return 0;
+        }
+        if (cino)
+                r = ino_get(c->st, c->wsid, cino, &rec);
+        else {
+                ctx_name_known(c, it->name, strlen(it->name), it->h);
+                r = child_get(c, dir, drec, it->name, &cino, &rec);
+        }
+        if (r < 0)
+                return r;
+        attr_from(cino, &rec, ret);
+        if (!plus) {
+                uint32_t mode = ret->mode & S_IFMT;
+                memset(ret, 0, sizeof *ret);
+                ret->ino = cino;
+                ret->mode = mode;
+        }
+        return 0;
+}
+
+int ntfs_ws_readdir(ntfs_ws *ws, uint64_t ino, uint64_t cookie, bool plus, size_t max,
                     int (*cb)(const char *name, const struct ntfs_attr *attr, uint64_t next_cookie, void *),
                     void *ud) {
         _cleanup_free_ struct rd_item *items = malloc(RD_BATCH * sizeof *items);
         _cleanup_free_ struct ntfs_attr *attrs = malloc(RD_BATCH * sizeof *attrs);
         if (!items || !attrs)
                 return -ENOMEM;
-        for (;;) {
+        size_t left = max ? max : SIZE_MAX;
+        while (left) {
+                size_t want = NTFS_MIN(left, (size_t)RD_BATCH);
                 struct ctx c;
                 int r = ctx_enter(ws, &c, false);
                 if (r < 0)
@@ -1853,35 +1949,23 @@ int ntfs_ws_readdir(ntfs_ws *ws, uint64_t ino, uint64_t cookie, bool plus,
                 size_t n = 0;
                 r = dir_get(&c, ino, &d);
                 if (r == 0)
-                        r = dir_collect(&c, ino, &d, cookie, items, RD_BATCH, &n);
-                /* Materialize each entry (stable inode numbers for d_ino). */
-                for (size_t i = 0; r == 0 && i < n; i++) {
-                        struct ino_rec rec;
-                        uint64_t cino;
-                        ctx_name_known(&c, items[i].name, strlen(items[i].name), items[i].h);
-                        r = child_get(&c, ino, &d, items[i].name, &cino, &rec);
-                        if (r == 0)
-                                attr_from(cino, &rec, &attrs[i]);
-                }
+                        r = dir_collect(&c, ino, &d, cookie, items, want, &n);
+                for (size_t i = 0; r == 0 && i < n; i++)
+                        r = rd_attr(&c, ino, &d, &items[i], plus, &attrs[i]);
                 r = ctx_leave(&c, r);
                 if (r < 0)
                         return r;
                 /* Call back without the store lock. */
                 for (size_t i = 0; i < n; i++) {
-                        if (!plus) {
-                                uint64_t i_ino = attrs[i].ino;
-                                uint32_t mode = attrs[i].mode & S_IFMT;
-                                memset(&attrs[i], 0, sizeof attrs[i]);
-                                attrs[i].ino = i_ino;
-                                attrs[i].mode = mode;
-                        }
                         if (cb(items[i].name, &attrs[i], items[i].h + 1, ud))
                                 return 0;
                         cookie = items[i].h + 1;
                 }
-                if (n < RD_BATCH)
+                if (n < want)
                         return 0;
+                left -= n;
         }
+        return 0;
 }
 
 /* ---- xattrs ----------------------------------------------------------------------------------- */

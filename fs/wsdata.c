@@ -740,9 +740,11 @@ int chunks_drop(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t from) {
         if (rc)
                 return lmdb_err(rc);
         MDB_val k = { 24, k0 }, v;
+        /* after a deletion the cursor stands on the record that followed:
+         * MDB_NEXT returns it without a second descent (LMDB's C_DEL) */
         for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
              rc == 0 && k.mv_size == 24 && memcmp(k.mv_data, k0, 16) == 0;
-             rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE)) {
+             rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
                 struct chunk_rec cr;
                 if ((r = decode_rec(&v, &cr)) < 0)
                         break;
@@ -761,8 +763,6 @@ int chunks_drop(ntfs_store *st, uint64_t wsid, uint64_t ino, uint64_t from) {
                 }
                 if ((rc = mdb_cursor_del(cur, 0)) != 0)
                         break;
-                k.mv_size = 24;
-                k.mv_data = k0;
         }
         mdb_cursor_close(cur);
         if (r == 0 && rc && rc != MDB_NOTFOUND)

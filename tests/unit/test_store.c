@@ -684,7 +684,7 @@ TEST(readdir_cookies_survive_changes) {
         /* read 100, then delete and add other entries, then continue */
         struct rd_state *s = calloc(1, sizeof *s);
         s->stop_after = 100;
-        ASSERT_OK(ntfs_ws_readdir(ws, NTFS_ROOT_INO, 0, true, rd_cb, s));
+        ASSERT_OK(ntfs_ws_readdir(ws, NTFS_ROOT_INO, 0, true, 0, rd_cb, s));
         ASSERT_EQ(s->n, 100);
         /* remove 50 entries we did not see yet, plus add 50 new ones */
         int removed = 0;
@@ -705,7 +705,7 @@ TEST(readdir_cookies_survive_changes) {
                 mkfile(ws, NTFS_ROOT_INO, n, NULL);
         }
         s->stop_after = 0;
-        ASSERT_OK(ntfs_ws_readdir(ws, NTFS_ROOT_INO, s->last_cookie, false, rd_cb, s));
+        ASSERT_OK(ntfs_ws_readdir(ws, NTFS_ROOT_INO, s->last_cookie, false, 0, rd_cb, s));
         /* every untouched entry exactly once */
         int counts[500] = { 0 };
         for (int i = 0; i < s->n; i++)
@@ -718,6 +718,103 @@ TEST(readdir_cookies_survive_changes) {
                         ASSERT_EQ(counts[i], 1);
         }
         free(s);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+/* Every listed entry as a lookup of its name sees it, at most `max` of them. */
+struct rd_check {
+        ntfs_ws *ws;
+        bool plus;
+        int n, stop_after;
+        uint64_t last_cookie;
+};
+static int rd_check_cb(const char *name, const struct ntfs_attr *a, uint64_t next, void *ud) {
+        struct rd_check *s = ud;
+        if (s->stop_after && s->n >= s->stop_after)
+                return 1;
+        struct ntfs_attr l;
+        ASSERT_OK(ntfs_ws_lookup(s->ws, NTFS_ROOT_INO, name, &l));
+        ASSERT_EQ(a->ino, l.ino);
+        if (s->plus) {
+                ASSERT_EQ(a->mode, l.mode);
+                ASSERT_EQ(a->nlink, l.nlink);
+                ASSERT_EQ(a->size, l.size);
+                ASSERT_EQ(a->mtime.tv_nsec, l.mtime.tv_nsec);
+        } else {
+                ASSERT_EQ(a->mode, l.mode & S_IFMT);
+                ASSERT_EQ(a->size, 0);
+        }
+        s->n++;
+        s->last_cookie = next;
+        return 0;
+}
+
+TEST(readdir_lists_what_lookup_sees_and_stops_at_max) {
+        fresh_dir();
+        ntfs_store *st = open_store();
+        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
+        ntfs_ws *ws;
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        struct ntfs_attr a;
+        /* a base tree of files, directories and a symlink */
+        for (int i = 0; i < 120; i++) {
+                char n[32];
+                snprintf(n, sizeof n, "b%03d", i);
+                if (i % 10 == 0)
+                        ASSERT_OK(ntfs_ws_mkdir(ws, NTFS_ROOT_INO, n, 0755, 0, 0, &a));
+                else
+                        mkfile(ws, NTFS_ROOT_INO, n, i % 2 ? "base" : NULL);
+        }
+        ASSERT_OK(ntfs_ws_symlink(ws, NTFS_ROOT_INO, "link", "b001", 0, 0, &a));
+        ntfs_hash h;
+        bool ch;
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
+        /* then the overlay: entries removed, replaced, renamed and new ones */
+        for (int i = 0; i < 120; i += 7) {
+                char n[32];
+                snprintf(n, sizeof n, "b%03d", i);
+                if (i % 10)
+                        ASSERT_OK(ntfs_ws_unlink(ws, NTFS_ROOT_INO, n));
+        }
+        ASSERT_OK(ntfs_ws_rename(ws, NTFS_ROOT_INO, "b003", NTFS_ROOT_INO, "b005", 0));
+        ASSERT_OK(ntfs_ws_link(ws, must(ws, "b009"), NTFS_ROOT_INO, "hard", &a));
+        for (int i = 0; i < 40; i++) {
+                char n[32];
+                snprintf(n, sizeof n, "n%03d", i);
+                if (i % 4 == 0)
+                        ASSERT_OK(ntfs_ws_mkdir(ws, NTFS_ROOT_INO, n, 0700, 0, 0, &a));
+                else
+                        mkfile(ws, NTFS_ROOT_INO, n, i % 3 ? "new content" : NULL);
+        }
+        int live = 0;
+        ASSERT_OK(ntfs_ws_readdir(ws, NTFS_ROOT_INO, 0, false, 0, count_cb, &live));
+        /* 120 + the symlink, 16 unlinked (the multiples of 7 but the directories
+         * 0 and 70), b005 replaced by b003, the hard link, 40 new */
+        ASSERT_EQ(live, 120 + 1 - 16 - 1 + 1 + 40);
+        for (int plus = 0; plus < 2; plus++) {
+                /* unbounded: every entry, each as lookup sees it */
+                struct rd_check c = { .ws = ws, .plus = plus };
+                ASSERT_OK(ntfs_ws_readdir(ws, NTFS_ROOT_INO, 0, plus, 0, rd_check_cb, &c));
+                ASSERT_EQ(c.n, live);
+                /* bounded: no more than max, even to a callback that takes
+                 * all; resumed from the last cookie, the rest exactly once */
+                int got = 0;
+                uint64_t cookie = 0;
+                for (int calls = 0; got < live; calls++) {
+                        ASSERT(calls < live);
+                        struct rd_check b = { .ws = ws, .plus = plus };
+                        size_t max = (size_t)(calls % 3 == 0 ? 1 : calls % 3 == 1 ? 7 : 70);
+                        ASSERT_OK(ntfs_ws_readdir(ws, NTFS_ROOT_INO, cookie, plus, max, rd_check_cb, &b));
+                        ASSERT(b.n >= 1 && (size_t)b.n <= max);
+                        if (got + (int)max <= live)
+                                ASSERT_EQ((size_t)b.n, max);
+                        got += b.n;
+                        cookie = b.last_cookie;
+                }
+                ASSERT_EQ(got, live);
+        }
         ntfs_ws_close(ws);
         ntfs_store_close(st);
         rm_rf(tmpdir);
@@ -862,7 +959,7 @@ static void model_check(ntfs_ws *ws, const struct model *m, const char *what, un
         }
         /* nothing extra at the top level */
         int n = 0;
-        ASSERT_OK(ntfs_ws_readdir(ws, NTFS_ROOT_INO, 0, false, count_cb, &n));
+        ASSERT_OK(ntfs_ws_readdir(ws, NTFS_ROOT_INO, 0, false, 0, count_cb, &n));
         int want = 0;
         for (int i = 0; i < 4; i++)
                 want += m->f[i].type != 0;
@@ -3325,6 +3422,7 @@ int main(void) {
         RUN(hardlinks_across_checkpoints);
         RUN(a_group_of_one_made_here_is_plain_again);
         RUN(readdir_cookies_survive_changes);
+        RUN(readdir_lists_what_lookup_sees_and_stops_at_max);
         RUN(quota_and_readonly_view);
         RUN(gc_keeps_reachable_frees_unreachable);
         RUN(fsck_finds_corruption);
