@@ -140,7 +140,7 @@ enum {
  * or when another inode needs the slot. An untar's file gets five or six
  * puts (create, the parent's times, write, three setattrs): one B-tree
  * write instead (docs/store.md, "The inode cache"). */
-#define INO_CACHE_SLOTS 16384
+#define INO_CACHE_SLOTS 65536
 struct ino_cache_slot {
         uint64_t wsid, ino; /* ino 0: empty */
         bool pending;       /* newer than the ino database's record */
@@ -157,6 +157,8 @@ struct ino_cache_slot {
  * it leaves the rest of its block unused. */
 #define INO_BLOCK 64
 #define INO_BLOCK_SLOTS 1024
+/* The slot of (wsid, n) in a direct-mapped table of size slots (ws.c). */
+size_t wsid_slot(uint64_t wsid, uint64_t n, size_t size);
 struct ino_block {
         uint64_t wsid, dir; /* wsid 0: empty */
         uint64_t next, end; /* the block's numbers not handed out yet */

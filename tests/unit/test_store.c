@@ -3336,13 +3336,45 @@ TEST(read_copies_beside_a_changing_store) {
         rm_rf(tmpdir);
 }
 
+/* Inode numbers come in blocks of 64 per directory, most of a block
+ * unused (a directory of a few files): such numbers must spread over the
+ * inode cache's slots as well as random ones would, at least. */
+TEST(inode_cache_slots_spread_directory_blocks) {
+        enum { DIRS = 4000, FILES = 5, N = DIRS * FILES };
+        static unsigned char used[INO_CACHE_SLOTS];
+        for (uint64_t wsid = 1; wsid <= 3; wsid++) {
+                memset(used, 0, sizeof used);
+                size_t distinct = 0;
+                for (uint64_t d = 0; d < DIRS; d++)
+                        for (uint64_t j = 0; j < FILES; j++) {
+                                size_t slot = wsid_slot(wsid, NTFS_ROOT_INO + 1 + d * INO_BLOCK + j, INO_CACHE_SLOTS);
+                                ASSERT(slot < INO_CACHE_SLOTS);
+                                distinct += !used[slot];
+                                used[slot] = 1;
+                        }
+                /* random keys would take 65,536 x (1 - e^(-20,000/65,536)),
+                 * 17,256 slots (86%); the product's middle bits took 8,141 */
+                ASSERT(distinct * 100 >= (size_t)N * 85);
+        }
+        /* and the directory-keyed table of inode-number blocks */
+        static unsigned char bused[INO_BLOCK_SLOTS];
+        size_t bdistinct = 0;
+        for (uint64_t d = 0; d < 512; d++) {
+                size_t slot = wsid_slot(1, NTFS_ROOT_INO + d * INO_BLOCK, INO_BLOCK_SLOTS);
+                ASSERT(slot < INO_BLOCK_SLOTS);
+                bdistinct += !bused[slot];
+                bused[slot] = 1;
+        }
+        ASSERT(bdistinct >= 400);
+}
+
 /* ino_put leaves records in the inode cache until the batch commits or the
  * slot is wanted (ws.c). More inodes than the cache has slots, each changed
  * twice, force evictions and a full pending list; gc and fsck, with
  * records pending, must still see the symlink targets they name; after a
  * commit and a reopen every record is the last one written. */
 TEST(pending_inode_records_reach_the_batch) {
-        enum { DIRS = 8, PER = 5000 };
+        enum { DIRS = 8, PER = INO_CACHE_SLOTS / DIRS + 625 }; /* 5,000 more files than slots */
         ntfs_store *st;
         ntfs_ws *ws = quiet_session(&st);
         uint64_t dirs[DIRS];
@@ -3428,6 +3460,7 @@ int main(void) {
         RUN(fsck_finds_corruption);
         RUN(io_error_leaves_store_consistent);
         RUN(aborted_batch_drops_cached_records);
+        RUN(inode_cache_slots_spread_directory_blocks);
         RUN(pending_inode_records_reach_the_batch);
         RUN(failed_writes_give_their_slots_back);
         RUN(queued_writes_land_in_order);
