@@ -1157,7 +1157,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, b
         uint64_t epoch = cache_epoch(m);
         c.gen = ntfs_ws_generation(m->ws);
         /* no more entries are read than the smallest records could fill */
-        size_t rec_min = plus ? FUSE_DIRENT_ALIGN(FUSE_NAME_OFFSET_DIRENTPLUS + 1) : FUSE_DIRENT_ALIGN(FUSE_NAME_OFFSET + 1);
+        size_t rec_min = plus ? FUSE_DIRENT_ALIGN(FUSE_NAME_OFFSET_DIRENTPLUS + 1)
+                              : FUSE_DIRENT_ALIGN(FUSE_NAME_OFFSET + 1);
         int r = ntfs_ws_readdir(m->ws, ino, (uint64_t)off, plus, size / rec_min + 1, rd_cb, &c);
         if (r < 0 && c.pos == 0) {
                 reply_err(req, r);

@@ -542,7 +542,7 @@ static int dent_set(struct ctx *c, uint64_t dir, const char *name, uint64_t ino,
 
 /* child_get for a removal (unlink, rmdir). When dir has no base tree,
  * the entry can only be the overlay's record, and *ret_cur is a cursor
- * left on it for dent_remove (to close with mdb_cursor_close before the
+ * left on it for dent_remove_at (to close with mdb_cursor_close before the
  * store is left; NULL otherwise): the entry is found once, not twice. */
 static int child_get_at(struct ctx *c, uint64_t dir, const struct ino_rec *drec, const char *name,
                         uint64_t *ret_ino, struct ino_rec *ret, MDB_cursor **ret_cur) {
@@ -1906,8 +1906,8 @@ static int dir_is_empty(struct ctx *c, uint64_t ino, const struct ino_rec *rec, 
  * name a second time; without plus its directory entry's type is all that
  * is needed. A base tree's entry is materialized (stable inode numbers for
  * d_ino). */
-static int rd_attr(struct ctx *c, uint64_t dir, const struct ino_rec *drec, const struct rd_item *it, bool plus,
-                   struct ntfs_attr *ret) {
+static int rd_attr(struct ctx *c, uint64_t dir, const struct ino_rec *drec, const struct rd_item *it,
+                   bool plus, struct ntfs_attr *ret) {
         struct ino_rec rec;
         uint64_t cino = it->ino;
         int r;

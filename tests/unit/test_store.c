@@ -3347,7 +3347,8 @@ TEST(inode_cache_slots_spread_directory_blocks) {
                 size_t distinct = 0;
                 for (uint64_t d = 0; d < DIRS; d++)
                         for (uint64_t j = 0; j < FILES; j++) {
-                                size_t slot = wsid_slot(wsid, NTFS_ROOT_INO + 1 + d * INO_BLOCK + j, INO_CACHE_SLOTS);
+                                uint64_t ino = NTFS_ROOT_INO + 1 + d * INO_BLOCK + j;
+                                size_t slot = wsid_slot(wsid, ino, INO_CACHE_SLOTS);
                                 ASSERT(slot < INO_CACHE_SLOTS);
                                 distinct += !used[slot];
                                 used[slot] = 1;
