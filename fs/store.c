@@ -490,12 +490,12 @@ int db_del_prefix(ntfs_store *st, MDB_dbi dbi, const void *prefix, size_t pl) {
         if (rc)
                 return lmdb_err(rc);
         int n = 0;
-        for (;;) {
-                /* re-seek after every deletion: simple and always valid */
-                MDB_val k = { pl, (void *)prefix }, v;
-                rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-                if (rc || k.mv_size < pl || memcmp(k.mv_data, prefix, pl) != 0)
-                        break;
+        /* after a deletion the cursor stands on the record that followed:
+         * MDB_NEXT returns it without a new descent (as chunks_drop) */
+        MDB_val k = { pl, (void *)prefix }, v;
+        for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+             rc == 0 && k.mv_size >= pl && memcmp(k.mv_data, prefix, pl) == 0;
+             rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
                 if ((rc = mdb_cursor_del(cur, 0)) != 0)
                         break;
                 n++;

@@ -62,7 +62,7 @@ struct ws_hdr {
  * inode-number blocks, keyed by directory. Fibonacci hashing: the
  * product's top bits. Its middle bits (bits 32 and up, until session 48)
  * repeat with the 64-number stride of a directory's block (section 4.1 of
- * docs/store.md): the benchmark tree's 45,000 inodes fell into 8,800 of
+ * docs/store.md): the benchmark tree's 45,000 inodes fell into 8,869 of
  * the cache's slots, whatever its size. */
 size_t wsid_slot(uint64_t wsid, uint64_t n, size_t size) {
         uint64_t x = (n ^ (wsid << 40) ^ (wsid >> 24)) * 0x9e3779b97f4a7c15ULL;
@@ -574,12 +574,14 @@ static int child_get_at(struct ctx *c, uint64_t dir, const struct ino_rec *drec,
 }
 
 /* Removes name from dir: a whiteout when the base has it, else deletion
- * (where cur stands, when child_get_at left one; it is closed). */
+ * (where *cur stands, when child_get_at left one there; it is closed and
+ * *cur set to NULL). */
 static int dent_remove_at(struct ctx *c, uint64_t dir, const struct ino_rec *drec, const char *name,
-                          MDB_cursor *cur) {
-        if (cur) {
-                int r = db_cursor_del(c->st, cur);
-                mdb_cursor_close(cur);
+                          MDB_cursor **cur) {
+        if (cur && *cur) {
+                int r = db_cursor_del(c->st, *cur);
+                mdb_cursor_close(*cur);
+                *cur = NULL;
                 return r;
         }
         bool in_base;
@@ -1528,11 +1530,9 @@ int ntfs_ws_unlink(ntfs_ws *ws, uint64_t parent, const char *name) {
                 r = -EISDIR;
         if (r == 0)
                 r = NTFS_FAULT("store.unlink");
-        if (r == 0) {
-                r = dent_remove_at(&c, parent, &d, name, at);
-                at = NULL;
-        }
-        if (at)
+        if (r == 0)
+                r = dent_remove_at(&c, parent, &d, name, &at);
+        if (at) /* not reached the removal */
                 mdb_cursor_close(at);
         if (r == 0)
                 r = drop_link(&c, ino, &rec);
@@ -1563,11 +1563,9 @@ int ntfs_ws_rmdir(ntfs_ws *ws, uint64_t parent, const char *name) {
                 r = dir_is_empty(&c, ino, &rec, &empty);
         if (r == 0 && !empty)
                 r = -ENOTEMPTY;
-        if (r == 0) {
-                r = dent_remove_at(&c, parent, &d, name, at);
-                at = NULL;
-        }
-        if (at)
+        if (r == 0)
+                r = dent_remove_at(&c, parent, &d, name, &at);
+        if (at) /* not reached the removal */
                 mdb_cursor_close(at);
         if (r == 0) {
                 rec.nlink = 0;
@@ -1908,30 +1906,27 @@ static int dir_is_empty(struct ctx *c, uint64_t ino, const struct ino_rec *rec, 
  * d_ino). */
 static int rd_attr(struct ctx *c, uint64_t dir, const struct ino_rec *drec, const struct rd_item *it,
                    bool plus, struct ntfs_attr *ret) {
-        struct ino_rec rec;
         uint64_t cino = it->ino;
-        int r;
-        if (cino && !plus && (it->mode & S_IFMT)) {
-                memset(ret, 0, sizeof *ret);
-                ret->ino = cino;
-                ret->mode = it->mode & S_IFMT;
-                return 0;
+        uint32_t type = it->mode & S_IFMT;
+        if (plus || !cino || !type) {
+                struct ino_rec rec;
+                int r;
+                if (cino)
+                        r = ino_get(c->st, c->wsid, cino, &rec);
+                else {
+                        ctx_name_known(c, it->name, strlen(it->name), it->h);
+                        r = child_get(c, dir, drec, it->name, &cino, &rec);
+                }
+                if (r < 0)
+                        return r;
+                attr_from(cino, &rec, ret);
+                if (plus)
+                        return 0;
+                type = ret->mode & S_IFMT;
         }
-        if (cino)
-                r = ino_get(c->st, c->wsid, cino, &rec);
-        else {
-                ctx_name_known(c, it->name, strlen(it->name), it->h);
-                r = child_get(c, dir, drec, it->name, &cino, &rec);
-        }
-        if (r < 0)
-                return r;
-        attr_from(cino, &rec, ret);
-        if (!plus) {
-                uint32_t mode = ret->mode & S_IFMT;
-                memset(ret, 0, sizeof *ret);
-                ret->ino = cino;
-                ret->mode = mode;
-        }
+        memset(ret, 0, sizeof *ret);
+        ret->ino = cino;
+        ret->mode = type;
         return 0;
 }
 
