@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -3369,6 +3370,47 @@ TEST(inode_cache_slots_spread_directory_blocks) {
         ASSERT(bdistinct >= 400);
 }
 
+/* The inode cache is used at random (a slot per inode by hash): it must be
+ * in memory from the open on (a page fault costs ~11 us on this kind of VM,
+ * and 20,000 creates faulted in ~2,700 of its pages) and not shared with a
+ * forked child (the mount's helper process lives as long as the daemon:
+ * sharing made the daemon's first write to each page a copy). */
+TEST(inode_cache_is_resident_and_not_inherited) {
+        ntfs_store *st;
+        ntfs_ws *ws = quiet_session(&st);
+        long pg = sysconf(_SC_PAGESIZE);
+        ASSERT(pg > 0);
+        size_t len = INO_CACHE_SLOTS * sizeof *st->icache, npages = (len + (size_t)pg - 1) / (size_t)pg;
+        ASSERT((uintptr_t)st->icache % ((uintptr_t)2 << 20) == 0); /* huge-page aligned */
+        unsigned char *vec = calloc(npages, 1);
+        ASSERT(vec);
+        ASSERT_EQ(mincore(st->icache, len, vec), 0);
+        size_t resident = 0;
+        for (size_t i = 0; i < npages; i++)
+                resident += vec[i] & 1;
+        free(vec);
+        ASSERT_EQ(resident, npages);
+        pid_t pid = fork();
+        ASSERT(pid >= 0);
+        if (pid == 0) { /* not mapped here: mincore says ENOMEM */
+                unsigned char v;
+                _exit(mincore(st->icache, (size_t)pg, &v) < 0 && errno == ENOMEM ? 0 : 1);
+        }
+        int status;
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        /* and the parent's cache still serves */
+        uint64_t ino = mkfile(ws, NTFS_ROOT_INO, "f", "kept");
+        struct ntfs_attr a;
+        ASSERT_OK(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "f", &a));
+        ASSERT_EQ(a.ino, ino);
+        expect_bytes(ws, "f", (const uint8_t *)"kept", 4);
+        ntfs_ws_close(ws);
+        fsck_clean(st);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
 /* ino_put leaves records in the inode cache until the batch commits or the
  * slot is wanted (ws.c). More inodes than the cache has slots, each changed
  * twice, force evictions and a full pending list; gc and fsck, with
@@ -3462,6 +3504,7 @@ int main(void) {
         RUN(io_error_leaves_store_consistent);
         RUN(aborted_batch_drops_cached_records);
         RUN(inode_cache_slots_spread_directory_blocks);
+        RUN(inode_cache_is_resident_and_not_inherited);
         RUN(pending_inode_records_reach_the_batch);
         RUN(failed_writes_give_their_slots_back);
         RUN(queued_writes_land_in_order);
