@@ -1952,7 +1952,9 @@ bool ntfs_mount_alive(const ntfs_mount *m) {
  * process closes it or dies (no PR_SET_PDEATHSIG: that fires when the
  * forking THREAD exits). One helper per process,
  * forked on first use; calls are serialized by helper_lock. The child makes
- * system calls only (fork of a threaded process). */
+ * system calls only (fork of a threaded process). It shares the daemon's
+ * pages copy-on-write for as long as it lives: big tables written at
+ * random are kept out of it (the store's inode cache, MADV_DONTFORK). */
 struct helper_req {
         char op; /* 's' syncfs, 'd' st_dev */
         char path[PATH_MAX];

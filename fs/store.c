@@ -870,7 +870,7 @@ static int retire_stale_views(ntfs_store *st) {
  * - faulted in at open: on 4 KiB pages its first use faulted a page in
  *   every few new inodes, and on this kind of VM a fault costs ~11 us
  *   (bench-store --per-file: a create took 5-7 us with a fresh
- *   65,536-slot table, 1.0-1.1 us with one faulted in);
+ *   65,536-slot table, 1.0-1.6 us with one faulted in);
  * - on 2 MiB boundaries and asked for transparent huge pages (a hint: the
  *   kernel's "madvise" setting, Debian's default, grants it), so that
  *   this is six faults, and the table's random reads miss the TLB less;
