@@ -880,20 +880,21 @@ static int retire_stale_views(ntfs_store *st) {
  *   first write to each page a copy. No child touches the cache.
  * Its own mapping, so that the advice dies with it (freed to malloc,
  * the memory could come back to other objects still marked DONTFORK). */
+#define HUGE_PAGE ((size_t)2 << 20)
+
 static size_t icache_bytes(void) {
-        const size_t huge = (size_t)2 << 20;
-        return (INO_CACHE_SLOTS * sizeof(struct ino_cache_slot) + huge - 1) & ~(huge - 1);
+        return (INO_CACHE_SLOTS * sizeof(struct ino_cache_slot) + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
 }
 
 static struct ino_cache_slot *icache_map(void) {
-        const size_t huge = (size_t)2 << 20, n = icache_bytes();
-        uint8_t *p = mmap(NULL, n + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        const size_t n = icache_bytes();
+        uint8_t *p = mmap(NULL, n + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED)
                 return NULL;
-        uint8_t *a = (uint8_t *)(((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1));
+        uint8_t *a = (uint8_t *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
         if (a > p)
                 (void)munmap(p, (size_t)(a - p));
-        (void)munmap(a + n, huge - (size_t)(a - p));
+        (void)munmap(a + n, HUGE_PAGE - (size_t)(a - p));
         (void)madvise(a, n, MADV_HUGEPAGE); /* refused: 4 KiB pages, faulted in all the same */
         (void)madvise(a, n, MADV_DONTFORK);
         memset(a, 0, n);

@@ -669,11 +669,8 @@ static int rd_cb(const char *name, const struct ntfs_attr *a, uint64_t next, voi
 }
 
 TEST(readdir_cookies_survive_changes) {
-        fresh_dir();
-        ntfs_store *st = open_store();
-        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
-        ntfs_ws *ws;
-        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        ntfs_store *st;
+        ntfs_ws *ws = flusher_session(&st);
         for (int i = 0; i < 500; i++) {
                 char n[32];
                 snprintf(n, sizeof n, "f%03d", i);
@@ -753,11 +750,8 @@ static int rd_check_cb(const char *name, const struct ntfs_attr *a, uint64_t nex
 }
 
 TEST(readdir_lists_what_lookup_sees_and_stops_at_max) {
-        fresh_dir();
-        ntfs_store *st = open_store();
-        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
-        ntfs_ws *ws;
-        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        ntfs_store *st;
+        ntfs_ws *ws = flusher_session(&st);
         struct ntfs_attr a;
         /* a base tree of files, directories and a symlink */
         for (int i = 0; i < 120; i++) {
