@@ -45,6 +45,8 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/err.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "fs/mount.h"
 #include "common/banned.h"
@@ -869,26 +871,44 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino) {
         fuse_reply_readlink(req, buf);
 }
 
+/* An unlink or rmdir is answered once the store's checks have passed
+ * (ntfs_ws_unlink_then): its records change after the reply, while the
+ * caller is already on its way to its next call, and the store's lock keeps
+ * every other request out until they have. The entry is dropped before the
+ * reply, so that a new entry of the same name (the kernel sends its create
+ * only after this reply) cannot be dropped in its place. */
+struct removal {
+        ntfs_mount *m;
+        fuse_req_t req;
+        fuse_ino_t parent;
+        const char *name;
+        bool replied;
+};
+
+static void removal_checked(void *arg) {
+        struct removal *x = arg;
+        pthread_mutex_lock(&x->m->lock);
+        entry_drop(x->m, x->parent, x->name);
+        pthread_mutex_unlock(&x->m->lock);
+        fuse_reply_err(x->req, 0);
+        x->replied = true;
+}
+
+static void removal_done(struct removal *x, const char *op, int r) {
+        if (!x->replied)
+                reply_err(x->req, r);
+        else if (r < 0) /* the batch is broken and will be aborted */
+                log_warn("mount: %s of %s after its reply: %s", op, x->name, ntfs_strerror(r));
+}
+
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
-        ntfs_mount *m = req_mount(req);
-        int r = ntfs_ws_unlink(m->ws, parent, name);
-        if (r >= 0) {
-                pthread_mutex_lock(&m->lock);
-                entry_drop(m, parent, name);
-                pthread_mutex_unlock(&m->lock);
-        }
-        reply_err(req, r);
+        struct removal x = { req_mount(req), req, parent, name, false };
+        removal_done(&x, "unlink", ntfs_ws_unlink_then(x.m->ws, parent, name, removal_checked, &x));
 }
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name) {
-        ntfs_mount *m = req_mount(req);
-        int r = ntfs_ws_rmdir(m->ws, parent, name);
-        if (r >= 0) {
-                pthread_mutex_lock(&m->lock);
-                entry_drop(m, parent, name);
-                pthread_mutex_unlock(&m->lock);
-        }
-        reply_err(req, r);
+        struct removal x = { req_mount(req), req, parent, name, false };
+        removal_done(&x, "rmdir", ntfs_ws_rmdir_then(x.m->ws, parent, name, removal_checked, &x));
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,

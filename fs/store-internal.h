@@ -189,6 +189,7 @@ struct ntfs_store {
         pthread_mutex_t lock;
         atomic_int lock_wanted;   /* threads waiting in store_enter() */
         atomic_uint lock_taken;   /* store_enter() acquisitions, wrapping */
+        atomic_bool lock_brief;   /* its holder has answered and leaves within microseconds */
         /* READ replies being copied with the lock released (the copy gate,
          * store_copy_begin); copy_mu and copy_cond guard its last drop */
         atomic_int copies;
@@ -311,6 +312,14 @@ void store_leave(ntfs_store *st);
 /* pthread_mutex_lock(&st->lock), then waits until no copy is in flight:
  * no new one can start meanwhile, since starting one takes the lock. */
 void store_lock(ntfs_store *st);
+/* Lock held: the holder has already answered its caller and has only a
+ * few microseconds of record changes left (a removal answered after its
+ * checks, ntfs_ws_unlink_then). Until store_leave, a thread that finds the
+ * lock taken spins for it, up to STORE_BRIEF_SPIN_NS, instead of sleeping:
+ * the answered caller's next request most often arrives in that tail, and
+ * a sleep and wake-up would cost it more than the tail itself. */
+void store_hold_brief(ntfs_store *st);
+#define STORE_BRIEF_SPIN_NS 20000
 /* Waits until no copy is in flight (lock held). */
 void store_wait_copies(ntfs_store *st);
 /* store_enter() for a caller that only reads records and maps data files,

@@ -194,14 +194,45 @@ void store_wait_copies(ntfs_store *st) {
         pthread_mutex_unlock(&st->copy_mu);
 }
 
-void store_lock(ntfs_store *st) {
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+#endif
+}
+
+/* pthread_mutex_lock(&st->lock), spinning first while the holder says its
+ * hold is brief (store_hold_brief). */
+static void lock_mutex(ntfs_store *st) {
+        if (pthread_mutex_trylock(&st->lock) == 0)
+                return;
+        int64_t until = 0;
+        for (unsigned i = 1; atomic_load_explicit(&st->lock_brief, memory_order_relaxed); i++) {
+                cpu_relax();
+                if (i % 16)
+                        continue;
+                if (pthread_mutex_trylock(&st->lock) == 0)
+                        return;
+                int64_t now = ntfs_mono_ns();
+                if (!until)
+                        until = now + STORE_BRIEF_SPIN_NS;
+                else if (now > until)
+                        break;
+        }
         pthread_mutex_lock(&st->lock);
+}
+
+void store_hold_brief(ntfs_store *st) { atomic_store_explicit(&st->lock_brief, true, memory_order_relaxed); }
+
+void store_lock(ntfs_store *st) {
+        lock_mutex(st);
         store_wait_copies(st);
 }
 
 static int enter(ntfs_store *st, bool reader) {
         atomic_fetch_add_explicit(&st->lock_wanted, 1, memory_order_relaxed);
-        pthread_mutex_lock(&st->lock);
+        lock_mutex(st);
         atomic_fetch_sub_explicit(&st->lock_wanted, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&st->lock_taken, 1, memory_order_relaxed);
         /* a reader waits too when it must begin the batch: that may grow
@@ -257,6 +288,8 @@ void store_settle_locked(ntfs_store *st) {
 }
 
 void store_leave(ntfs_store *st) {
+        /* a commit or an unmap may follow: not brief */
+        atomic_store_explicit(&st->lock_brief, false, memory_order_relaxed);
         store_settle_locked(st);
         /* Invalidation callbacks run only in the thread that replaced the
          * state (ntfs_rollback), never here: a FUSE worker leaving the store

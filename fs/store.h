@@ -320,6 +320,17 @@ int ntfs_ws_symlink(ntfs_ws *ws, uint64_t parent, const char *name, const char *
 ssize_t ntfs_ws_readlink(ntfs_ws *ws, uint64_t ino, char *buf, size_t size);
 int ntfs_ws_unlink(ntfs_ws *ws, uint64_t parent, const char *name);
 int ntfs_ws_rmdir(ntfs_ws *ws, uint64_t parent, const char *name);
+/* The same, calling checked(arg) once every check has passed (the name
+ * exists, is of the right kind, the directory is empty, the state is
+ * writable), before the records change, with the store's lock held: from
+ * there on the call can fail only if the store cannot write its records,
+ * and that breaks the batch, which is then aborted -- as a crash before
+ * the batch commits would lose it, with every other change of the batch.
+ * The mount replies to the kernel there, so the removal's B-tree work is
+ * no longer between the caller and its reply (docs/mount.md). checked must
+ * not call into the store. Returns the call's result either way. */
+int ntfs_ws_unlink_then(ntfs_ws *ws, uint64_t parent, const char *name, void (*checked)(void *), void *arg);
+int ntfs_ws_rmdir_then(ntfs_ws *ws, uint64_t parent, const char *name, void (*checked)(void *), void *arg);
 /* flags: 0, RENAME_NOREPLACE or RENAME_EXCHANGE. */
 int ntfs_ws_rename(ntfs_ws *ws, uint64_t parent, const char *name, uint64_t newparent, const char *newname,
                    unsigned flags);

@@ -1513,7 +1513,25 @@ static int drop_link(struct ctx *c, uint64_t ino, struct ino_rec *rec) {
 
 static int dir_is_empty(struct ctx *c, uint64_t ino, const struct ino_rec *rec, bool *ret);
 
+/* A removal's checks have passed: tells the caller (ntfs_ws_unlink_then).
+ * The fault point stands for a record write that fails after that: it
+ * breaks the batch as a failed LMDB write does. */
+static int removal_checked(struct ctx *c, void (*checked)(void *), void *arg) {
+        if (checked) {
+                checked(arg);
+                store_hold_brief(c->st);
+        }
+        int r = NTFS_FAULT("store.remove");
+        if (r < 0)
+                c->st->txn_broken = true;
+        return r;
+}
+
 int ntfs_ws_unlink(ntfs_ws *ws, uint64_t parent, const char *name) {
+        return ntfs_ws_unlink_then(ws, parent, name, NULL, NULL);
+}
+
+int ntfs_ws_unlink_then(ntfs_ws *ws, uint64_t parent, const char *name, void (*checked)(void *), void *arg) {
         struct ctx c;
         int r = ctx_enter(ws, &c, true);
         if (r < 0)
@@ -1531,6 +1549,8 @@ int ntfs_ws_unlink(ntfs_ws *ws, uint64_t parent, const char *name) {
         if (r == 0)
                 r = NTFS_FAULT("store.unlink");
         if (r == 0)
+                r = removal_checked(&c, checked, arg);
+        if (r == 0)
                 r = dent_remove_at(&c, parent, &d, name, &at);
         if (at) /* not reached the removal */
                 mdb_cursor_close(at);
@@ -1544,6 +1564,10 @@ int ntfs_ws_unlink(ntfs_ws *ws, uint64_t parent, const char *name) {
 }
 
 int ntfs_ws_rmdir(ntfs_ws *ws, uint64_t parent, const char *name) {
+        return ntfs_ws_rmdir_then(ws, parent, name, NULL, NULL);
+}
+
+int ntfs_ws_rmdir_then(ntfs_ws *ws, uint64_t parent, const char *name, void (*checked)(void *), void *arg) {
         struct ctx c;
         int r = ctx_enter(ws, &c, true);
         if (r < 0)
@@ -1563,6 +1587,8 @@ int ntfs_ws_rmdir(ntfs_ws *ws, uint64_t parent, const char *name) {
                 r = dir_is_empty(&c, ino, &rec, &empty);
         if (r == 0 && !empty)
                 r = -ENOTEMPTY;
+        if (r == 0)
+                r = removal_checked(&c, checked, arg);
         if (r == 0)
                 r = dent_remove_at(&c, parent, &d, name, &at);
         if (at) /* not reached the removal */

@@ -2186,7 +2186,8 @@ static void crash_child(int wfd, const char *point, unsigned n) {
 TEST(crash_points) {
         const char *points[] = { "store.commit",     "store.sync",    "store.checkpoint.objects",
                                  "store.serialize",  "store.create",  "store.unlink",
-                                 "wsdata.write",     "wsdata.sync",   "wsdata.queued_write" };
+                                 "store.remove",     "wsdata.write",  "wsdata.sync",
+                                 "wsdata.queued_write" };
         int crashes = 0, runs = 0;
         for (size_t p = 0; p < ARRAY_SIZE(points); p++) {
                 for (unsigned n = 1; n <= 12; n++) {
@@ -3410,6 +3411,118 @@ TEST(inode_cache_is_resident_and_not_inherited) {
  * twice, force evictions and a full pending list; gc and fsck, with
  * records pending, must still see the symlink targets they name; after a
  * commit and a reopen every record is the last one written. */
+static void count_call(void *arg) { ++*(int *)arg; }
+
+/* A request that comes in once the removal has answered: it looks the
+ * name up, and must find the removal complete. */
+struct next_request {
+        ntfs_ws *ws;
+        const char *name;
+        pthread_t th;
+        int lookup;
+};
+
+static void *next_request_main(void *arg) {
+        struct next_request *x = arg;
+        struct ntfs_attr a;
+        x->lookup = ntfs_ws_lookup(x->ws, NTFS_ROOT_INO, x->name, &a);
+        return NULL;
+}
+
+static void start_next_request(void *arg) {
+        struct next_request *x = arg;
+        ASSERT_EQ(pthread_create(&x->th, NULL, next_request_main, x), 0);
+        struct timespec ts = { 0, 20 * 1000000L }; /* it is waiting for the lock by then */
+        nanosleep(&ts, NULL);
+}
+
+/* ntfs_ws_unlink_then and ntfs_ws_rmdir_then call back once every check
+ * has passed and never when one fails; a record write that fails after
+ * the call back breaks the batch, which is then aborted: the state is the
+ * last commit's, as after a crash, and the store stays consistent. */
+TEST(removal_calls_back_after_its_checks) {
+        ntfs_store *st;
+        ntfs_ws *ws = quiet_session(&st);
+        struct ntfs_attr d, e, f;
+        mkfile(ws, NTFS_ROOT_INO, "a", "A");
+        mkfile(ws, NTFS_ROOT_INO, "b", "B");
+        ASSERT_OK(ntfs_ws_mkdir(ws, NTFS_ROOT_INO, "d", 0755, 0, 0, &d));
+        mkfile(ws, d.ino, "in", NULL);
+        ASSERT_OK(ntfs_ws_mkdir(ws, NTFS_ROOT_INO, "e", 0755, 0, 0, &e));
+        ASSERT_OK(ntfs_ws_mkdir(ws, NTFS_ROOT_INO, "f", 0755, 0, 0, &f));
+        ASSERT_OK(ntfs_store_flush(st, false));
+
+        int calls = 0;
+        ASSERT_ERR(ntfs_ws_unlink_then(ws, NTFS_ROOT_INO, "none", count_call, &calls), -ENOENT);
+        ASSERT_ERR(ntfs_ws_unlink_then(ws, NTFS_ROOT_INO, "d", count_call, &calls), -EISDIR);
+        ASSERT_ERR(ntfs_ws_unlink_then(ws, NTFS_ROOT_INO, "a/b", count_call, &calls), -EINVAL);
+        ASSERT_ERR(ntfs_ws_unlink_then(ws, 999999, "a", count_call, &calls), -ESTALE);
+        ASSERT_ERR(ntfs_ws_rmdir_then(ws, NTFS_ROOT_INO, "a", count_call, &calls), -ENOTDIR);
+        ASSERT_ERR(ntfs_ws_rmdir_then(ws, NTFS_ROOT_INO, "d", count_call, &calls), -ENOTEMPTY);
+        ASSERT_ERR(ntfs_ws_rmdir_then(ws, NTFS_ROOT_INO, ".", count_call, &calls), -EINVAL);
+        ASSERT_ERR(ntfs_ws_rmdir_then(ws, NTFS_ROOT_INO, "none", count_call, &calls), -ENOENT);
+        ASSERT_EQ(calls, 0);
+
+        struct ntfs_attr got;
+        ASSERT_OK(ntfs_ws_unlink_then(ws, NTFS_ROOT_INO, "a", count_call, &calls));
+        ASSERT_EQ(calls, 1);
+        ASSERT_ERR(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "a", &got), -ENOENT);
+        ASSERT_OK(ntfs_ws_rmdir_then(ws, NTFS_ROOT_INO, "e", count_call, &calls));
+        ASSERT_EQ(calls, 2);
+        ASSERT_ERR(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "e", &got), -ENOENT);
+        ASSERT_OK(ntfs_store_flush(st, false));
+        struct ntfs_session_info before;
+        ASSERT_OK(ntfs_session_get(st, "s", &before));
+
+        /* a request made after the call back waits for the removal */
+        mkfile(ws, NTFS_ROOT_INO, "g", NULL);
+        struct next_request next = { .ws = ws, .name = "g", .lookup = 1 };
+        ASSERT_OK(ntfs_ws_unlink_then(ws, NTFS_ROOT_INO, "g", start_next_request, &next));
+        ASSERT_EQ(pthread_join(next.th, NULL), 0);
+        ASSERT_ERR(next.lookup, -ENOENT);
+        ASSERT(!atomic_load(&st->lock_brief)); /* left with the lock */
+        ASSERT_OK(ntfs_store_flush(st, false));
+        ASSERT_OK(ntfs_session_get(st, "s", &before));
+
+        /* called back, then the records cannot be written: the batch,
+         * with the file made before in it, is gone */
+        mkfile(ws, NTFS_ROOT_INO, "c", "C");
+        ntfs_fault_arm("store.remove", 1, NTFS_FAULT_ERROR);
+        ASSERT_ERR(ntfs_ws_unlink_then(ws, NTFS_ROOT_INO, "b", count_call, &calls), -EIO);
+        ntfs_fault_disarm();
+        ASSERT_EQ(calls, 3);
+        expect_content(ws, "b", "B");
+        ASSERT_ERR(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "c", &got), -ENOENT);
+        mkfile(ws, NTFS_ROOT_INO, "c", "C");
+        ntfs_fault_arm("store.remove", 1, NTFS_FAULT_ERROR);
+        ASSERT_ERR(ntfs_ws_rmdir_then(ws, NTFS_ROOT_INO, "f", count_call, &calls), -EIO);
+        ntfs_fault_disarm();
+        ASSERT_EQ(calls, 4);
+        ASSERT_OK(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "f", &got));
+        ASSERT(S_ISDIR(got.mode));
+        ASSERT_ERR(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "c", &got), -ENOENT);
+        struct ntfs_session_info after;
+        ASSERT_OK(ntfs_session_get(st, "s", &after));
+        ASSERT_EQ(after.inodes, before.inodes);
+        fsck_clean(st);
+
+        /* a read-only view refuses before any check */
+        ntfs_hash h;
+        bool ch;
+        char hex[65];
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
+        ntfs_hash_hex(&h, hex);
+        ntfs_ws *v;
+        ASSERT_OK(ntfs_ws_open_view(st, hex, &v));
+        ASSERT_ERR(ntfs_ws_unlink_then(v, NTFS_ROOT_INO, "b", count_call, &calls), -EROFS);
+        ASSERT_ERR(ntfs_ws_rmdir_then(v, NTFS_ROOT_INO, "f", count_call, &calls), -EROFS);
+        ASSERT_EQ(calls, 4);
+        ntfs_ws_close(v);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
 TEST(pending_inode_records_reach_the_batch) {
         enum { DIRS = 8, PER = INO_CACHE_SLOTS / DIRS + 625 }; /* 5,000 more files than slots */
         ntfs_store *st;
@@ -3496,6 +3609,7 @@ int main(void) {
         RUN(gc_keeps_reachable_frees_unreachable);
         RUN(fsck_finds_corruption);
         RUN(io_error_leaves_store_consistent);
+        RUN(removal_calls_back_after_its_checks);
         RUN(aborted_batch_drops_cached_records);
         RUN(inode_cache_slots_spread_directory_blocks);
         RUN(inode_cache_is_resident_and_not_inherited);
