@@ -171,6 +171,48 @@ def test_mkdir_rmdir(mnt):
     assert os.path.isdir(os.path.join(mnt.path, "a/b/c/d"))
 
 
+def test_names_reused_at_once_after_unlink_and_rmdir(mnt):
+    # UNLINK and RMDIR are answered before the store changes its records
+    # (docs/mount.md): the next request, here the same name made again, or
+    # a request from another thread, must find the removal complete.
+    def churn(d, rounds, errors):
+        try:
+            os.mkdir(d)
+            for i in range(rounds):
+                p = os.path.join(d, f"n{i % 7}")
+                write(p, b"file %d" % i)
+                os.unlink(p)
+                os.mkdir(p)
+                write(os.path.join(p, "inner"), b"inner %d" % i)
+                os.unlink(os.path.join(p, "inner"))
+                os.rmdir(p)
+                write(p, b"again %d" % i)
+                assert read(p) == b"again %d" % i
+                st = os.stat(p)
+                assert stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+                os.unlink(p)
+                assert not os.path.exists(p)
+                if i % 3 == 0:
+                    write(os.path.join(d, f"kept{i}"), b"kept %d" % i)
+        except Exception as e:  # reported by the main thread
+            errors.append(e)
+
+    errors = []
+    dirs = [os.path.join(mnt.path, f"t{k}") for k in range(3)]
+    threads = [threading.Thread(target=churn, args=(d, 300, errors)) for d in dirs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    drop_caches()  # what the store holds, not what the kernel cached
+    want = sorted(f"kept{i}" for i in range(0, 300, 3))
+    for d in dirs:
+        assert sorted(os.listdir(d)) == want
+        assert os.stat(d).st_nlink == 2
+        assert read(os.path.join(d, "kept297")) == b"kept 297"
+
+
 def test_readdir_during_changes(mnt):
     d = os.path.join(mnt.path, "many")
     os.mkdir(d)
