@@ -3406,11 +3406,6 @@ TEST(inode_cache_is_resident_and_not_inherited) {
         rm_rf(tmpdir);
 }
 
-/* ino_put leaves records in the inode cache until the batch commits or the
- * slot is wanted (ws.c). More inodes than the cache has slots, each changed
- * twice, force evictions and a full pending list; gc and fsck, with
- * records pending, must still see the symlink targets they name; after a
- * commit and a reopen every record is the last one written. */
 static void count_call(void *arg) { ++*(int *)arg; }
 
 /* A request that comes in once the removal has answered: it looks the
@@ -3470,9 +3465,6 @@ TEST(removal_calls_back_after_its_checks) {
         ASSERT_OK(ntfs_ws_rmdir_then(ws, NTFS_ROOT_INO, "e", count_call, &calls));
         ASSERT_EQ(calls, 2);
         ASSERT_ERR(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "e", &got), -ENOENT);
-        ASSERT_OK(ntfs_store_flush(st, false));
-        struct ntfs_session_info before;
-        ASSERT_OK(ntfs_session_get(st, "s", &before));
 
         /* a request made after the call back waits for the removal */
         mkfile(ws, NTFS_ROOT_INO, "g", NULL);
@@ -3482,6 +3474,7 @@ TEST(removal_calls_back_after_its_checks) {
         ASSERT_ERR(next.lookup, -ENOENT);
         ASSERT(!atomic_load(&st->lock_brief)); /* left with the lock */
         ASSERT_OK(ntfs_store_flush(st, false));
+        struct ntfs_session_info before;
         ASSERT_OK(ntfs_session_get(st, "s", &before));
 
         /* called back, then the records cannot be written: the batch,
@@ -3523,6 +3516,11 @@ TEST(removal_calls_back_after_its_checks) {
         rm_rf(tmpdir);
 }
 
+/* ino_put leaves records in the inode cache until the batch commits or the
+ * slot is wanted (ws.c). More inodes than the cache has slots, each changed
+ * twice, force evictions and a full pending list; gc and fsck, with
+ * records pending, must still see the symlink targets they name; after a
+ * commit and a reopen every record is the last one written. */
 TEST(pending_inode_records_reach_the_batch) {
         enum { DIRS = 8, PER = INO_CACHE_SLOTS / DIRS + 625 }; /* 5,000 more files than slots */
         ntfs_store *st;
