@@ -885,7 +885,7 @@ struct removal {
         bool replied;
 };
 
-static void removal_checked(void *arg) {
+static void removal_reply(void *arg) {
         struct removal *x = arg;
         pthread_mutex_lock(&x->m->lock);
         entry_drop(x->m, x->parent, x->name);
@@ -903,12 +903,12 @@ static void removal_done(struct removal *x, const char *op, int r) {
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
         struct removal x = { req_mount(req), req, parent, name, false };
-        removal_done(&x, "unlink", ntfs_ws_unlink_then(x.m->ws, parent, name, removal_checked, &x));
+        removal_done(&x, "unlink", ntfs_ws_unlink_then(x.m->ws, parent, name, removal_reply, &x));
 }
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name) {
         struct removal x = { req_mount(req), req, parent, name, false };
-        removal_done(&x, "rmdir", ntfs_ws_rmdir_then(x.m->ws, parent, name, removal_checked, &x));
+        removal_done(&x, "rmdir", ntfs_ws_rmdir_then(x.m->ws, parent, name, removal_reply, &x));
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
