@@ -1518,11 +1518,8 @@ static int dir_is_empty(struct ctx *c, uint64_t ino, const struct ino_rec *rec, 
  * breaks the batch as a failed LMDB write does. */
 static int removal_checked(struct ctx *c, void (*checked)(void *), void *arg) {
         if (checked) {
-                /* before the reply: the caller it wakes may take this
-                 * thread's CPU before the reply's write returns, and its
-                 * next request should find the hold marked brief */
-                store_hold_brief(c->st);
                 checked(arg);
+                store_hold_brief(c->st);
         }
         int r = NTFS_FAULT("store.remove");
         if (r < 0)

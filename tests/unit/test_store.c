@@ -3408,19 +3408,6 @@ TEST(inode_cache_is_resident_and_not_inherited) {
 
 static void count_call(void *arg) { ++*(int *)arg; }
 
-/* Whether the store's hold was marked brief when the call back came. */
-struct brief_seen {
-        ntfs_store *st;
-        int calls;
-        bool brief;
-};
-
-static void note_brief(void *arg) {
-        struct brief_seen *b = arg;
-        b->calls++;
-        b->brief = atomic_load(&b->st->lock_brief);
-}
-
 /* A request that comes in once the removal has answered: it looks the
  * name up, and must find the removal complete. */
 struct next_request {
@@ -3478,16 +3465,6 @@ TEST(removal_calls_back_after_its_checks) {
         ASSERT_OK(ntfs_ws_rmdir_then(ws, NTFS_ROOT_INO, "e", count_call, &calls));
         ASSERT_EQ(calls, 2);
         ASSERT_ERR(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "e", &got), -ENOENT);
-
-        /* the hold is marked brief before the call back answers: the
-         * caller the answer wakes may run before the answer's write
-         * returns, and its next request should spin, not sleep */
-        mkfile(ws, NTFS_ROOT_INO, "h", NULL);
-        struct brief_seen bs = { .st = st };
-        ASSERT_OK(ntfs_ws_unlink_then(ws, NTFS_ROOT_INO, "h", note_brief, &bs));
-        ASSERT_EQ(bs.calls, 1);
-        ASSERT(bs.brief);
-        ASSERT(!atomic_load(&st->lock_brief));
 
         /* a request made after the call back waits for the removal */
         mkfile(ws, NTFS_ROOT_INO, "g", NULL);
