@@ -509,13 +509,13 @@ void wsdata_close_all(ntfs_store *st);
  * the same slot. cb gets one line per problem. */
 int wsdata_check(ntfs_store *st, void (*cb)(const char *problem, void *), void *ud, uint64_t *ret_problems);
 
-/* wswrite.c: data file writes queued to a writer thread (its header
- * comment has the rules). All but open, close, wsw_wait_mark and
- * wsw_write_all with the lock held. */
-/* Starts the writer (at open) when on (the option, or
- * NTFS_ASYNC_DATA_WRITES=1); off or on failure the writes stay
- * synchronous (st->wsw NULL). */
-int wsw_open(ntfs_store *st, bool on);
+/* wswrite.c: data file writes queued, merged and written by the next
+ * request or a writer thread (its header comment has the rules). All but
+ * open, close, wsw_wait_mark and wsw_write_all with the lock held. */
+/* Sets the queue up (at open) as mode says (NTFS_DATA_WRITES overrides
+ * it); NTFS_DATA_WRITES_SYNC, or a failure, leaves the writes synchronous
+ * (st->wsw NULL). */
+int wsw_open(ntfs_store *st, enum ntfs_data_writes mode);
 /* Writes what is queued and stops the writer (at close). */
 void wsw_close(ntfs_store *st);
 /* Queues a write of len (<= NTFS_CHUNK_SIZE) bytes of buf (NULL: zeros) at

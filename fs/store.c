@@ -1013,8 +1013,8 @@ int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_st
         pthread_mutex_unlock(&st->lock);
         if (r < 0)
                 goto fail;
-        if ((r = wsw_open(st, o.async_data_writes)) < 0)
-                log_warn("store: no writer thread (%s): data file writes stay synchronous", ntfs_strerror(r));
+        if ((r = wsw_open(st, o.data_writes)) < 0)
+                log_warn("store: no write queue (%s): data file writes stay synchronous", ntfs_strerror(r));
         if (!o.no_flusher) {
                 if (pthread_create(&st->flusher, NULL, flusher_main, st) != 0) {
                         r = -EAGAIN;

@@ -61,15 +61,24 @@ typedef struct {
 #define NTFS_STORE_DATASYNC_MS 200
 #define NTFS_ROOT_INO 1
 
+/* How a data file write reaches the file (docs/store.md 4.8). */
+enum ntfs_data_writes {
+        /* the default: a small write is queued and written by the request
+         * that comes next, with the writes that continue it, as one call */
+        NTFS_DATA_WRITES_MERGE = 0,
+        /* each write made in its own request */
+        NTFS_DATA_WRITES_SYNC,
+        /* queued to a writer thread: helps an untar, hurts make -j2 */
+        NTFS_DATA_WRITES_THREAD,
+};
+
 struct ntfs_store_opts {
         uint64_t initial_map_bytes; /* 0: default (8 GiB, sparse; grows by doubling) */
         uint64_t reserve_bytes;     /* free disk kept back before writes get ENOSPC; 0: 64 MiB */
         bool no_flusher;            /* tests: no background flush thread */
-        /* Data file writes queued to a writer thread (fs/wswrite.c); also
-         * on with NTFS_ASYNC_DATA_WRITES=1 in the environment. Off by
-         * default: measured, it helps an untar and hurts make -j2
-         * (docs/store.md 4.8, "Writes off the request path"). */
-        bool async_data_writes;
+        /* How data file writes are made (fs/wswrite.c); NTFS_DATA_WRITES
+         * (sync, merge, thread) in the environment overrides it. */
+        enum ntfs_data_writes data_writes;
 };
 
 /* Opens (creating when missing) the store in dir. Takes an exclusive lock on

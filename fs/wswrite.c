@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT
- * wswrite.c — working data file writes off the request path.
+ * wswrite.c — working data file writes queued and merged.
  *
  * A FUSE WRITE used to end in a pwrite into the working data file, under
  * the store lock, before its reply. On this kind of machine that pwrite is
@@ -7,10 +7,11 @@
  * for every block cost 6-8 us per 10 KiB, against under 1 us to copy the
  * bytes into memory that is already mapped (docs/store.md, "Writes off the
  * request path"). So the bytes are copied into a ring that was faulted in
- * at open, the write is queued, and a writer thread makes the pwrites,
- * without the store lock, in order, adjacent ones as one pwritev. A thread
- * that has to wait for the queue (a read, a commit, a full ring) writes
- * the waiting batches itself instead of waking the writer and waiting.
+ * at open and the write is queued; the queue is written in order, adjacent
+ * writes as one pwritev, by the next request (merge) or a writer thread
+ * (thread), below. A thread that has to wait for the queue (a read, a
+ * commit, a full ring) writes the waiting batches itself instead of waking
+ * the writer and waiting.
  *
  * What keeps this correct (the callers are in wsdata.c; the store lock is
  * held for every call here but wsw_wait_mark's):
@@ -49,15 +50,27 @@
  * used to leave in the page cache, may now be lost with the batch instead
  * (docs/store.md, 4.8). fsync is unchanged: a durable commit drains.
  *
- * It is off by default (ntfs_store_opts.async_data_writes, or
- * NTFS_ASYNC_DATA_WRITES=1 in the environment, turns it on): measured on
- * this kind of machine, it took up to a fifth off an untar on a fresh
- * mount but mostly under 8% in the benchmark's sequence, and added 5-24%
- * to the make -j2 that runs there after the untar and git (docs/store.md
- * 4.8 and docs/bench-fs.md, "Writes off the request path"). With no idle
- * CPU, work moved off the request only competes with the program that no
- * longer waits for it, and a read of bytes still queued pays for them
- * under the store lock.
+ * Two ways to write the queue (ntfs_store_opts.data_writes, or
+ * NTFS_DATA_WRITES in the environment):
+ *
+ *  - merge, the default: no writer thread. A write of up to WSW_MERGE_JOB
+ *    bytes is queued; the request whose write does not continue the last
+ *    queued one (another file, another place) first writes the queue, each
+ *    run of adjacent writes as one pwritev. tar writes a file in pieces of
+ *    a few KiB, and ext4's cost is per call and per page touched: one call
+ *    per file instead of four took a tenth off the daemon's CPU time in an
+ *    untar (docs/store.md 4.8). The queue holds at most one run, so a read
+ *    of queued bytes waits for little.
+ *  - thread: a writer thread writes the queue as it fills. Measured on
+ *    this kind of machine, it took up to a fifth off an untar on a fresh
+ *    mount but mostly under 8% in the benchmark's sequence, and added
+ *    5-24% to the make -j2 that runs there after the untar and git
+ *    (docs/store.md 4.8 and docs/bench-fs.md, "Writes off the request
+ *    path"). With no idle CPU, work moved off the request only competes
+ *    with the program that no longer waits for it, and a read of bytes
+ *    still queued pays for them under the store lock.
+ *
+ * sync makes every write in its own request, with no queue.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -89,6 +102,9 @@
  * that a stream of small writes costs one wake-up per interval and not one
  * futex call per write. (Whoever needs the queue empty sooner writes it.) */
 #define WSW_LINGER_NS (1000 * 1000)
+/* merge: bigger writes are made at once, and a run stops at WSW_MERGE_RUN */
+#define WSW_MERGE_JOB (32u << 10)
+#define WSW_MERGE_RUN (128u << 10)
 /* How often a spent reserve is tried again (while the disk is not low). */
 #define WSW_RETAKE_NS (1000ll * 1000 * 1000)
 
@@ -122,9 +138,12 @@ struct wsw {
         bool reserve_held;
         int64_t reserve_tried;             /* mono ns */
         uint64_t queued, written, batches; /* counters (tests, the stats) */
+        bool merge;         /* no writer thread: see WSW_MERGE_RUN */
+        uint32_t run_bytes; /* merge: bytes of the last queued run */
 };
 
 static void *writer_main(void *arg);
+static void wait_empty(struct wsw *q);
 
 /* mu held: allocates the reserve file (created at the first try, so that
  * a store whose files all stay inline has none). */
@@ -162,12 +181,32 @@ static void wsw_free(struct wsw *q) {
         free(q);
 }
 
-int wsw_open(ntfs_store *st, bool on) {
-        st->wsw = NULL;
-        const char *env = getenv("NTFS_ASYNC_DATA_WRITES");
+/* NTFS_DATA_WRITES=sync|merge|thread overrides the store's option; the
+ * older NTFS_ASYNC_DATA_WRITES=1 (thread) and =0 (sync) still count. */
+static enum ntfs_data_writes mode_from_env(enum ntfs_data_writes mode) {
+        static const char *const names[] = {
+                [NTFS_DATA_WRITES_MERGE] = "merge",
+                [NTFS_DATA_WRITES_SYNC] = "sync",
+                [NTFS_DATA_WRITES_THREAD] = "thread",
+        };
+        const char *env = getenv("NTFS_DATA_WRITES");
+        if (env && *env) {
+                for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+                        if (strcmp(env, names[i]) == 0)
+                                return (enum ntfs_data_writes)i;
+                log_warn("store: NTFS_DATA_WRITES=%s is none of sync, merge, thread: ignored", env);
+                return mode;
+        }
+        env = getenv("NTFS_ASYNC_DATA_WRITES");
         if (env && *env)
-                on = strcmp(env, "0") != 0;
-        if (!on)
+                return strcmp(env, "0") != 0 ? NTFS_DATA_WRITES_THREAD : NTFS_DATA_WRITES_SYNC;
+        return mode;
+}
+
+int wsw_open(ntfs_store *st, enum ntfs_data_writes mode) {
+        st->wsw = NULL;
+        mode = mode_from_env(mode);
+        if (mode != NTFS_DATA_WRITES_MERGE && mode != NTFS_DATA_WRITES_THREAD)
                 return 0;
         struct wsw *q = calloc(1, sizeof *q);
         if (!q)
@@ -189,6 +228,11 @@ int wsw_open(ntfs_store *st, bool on) {
         pthread_condattr_destroy(&ca);
         pthread_cond_init(&q->done, NULL);
         q->idle = WSW_BUSY;
+        q->merge = mode == NTFS_DATA_WRITES_MERGE;
+        if (q->merge) {
+                st->wsw = q;
+                return 0;
+        }
         if (pthread_create(&q->thread, NULL, writer_main, q) != 0) {
                 wsw_free(q);
                 return -EAGAIN;
@@ -203,9 +247,12 @@ void wsw_close(ntfs_store *st) {
                 return;
         pthread_mutex_lock(&q->mu);
         q->stop = true;
+        if (q->merge)
+                wait_empty(q);
         pthread_cond_signal(&q->work);
         pthread_mutex_unlock(&q->mu);
-        pthread_join(q->thread, NULL); /* it writes what is queued first */
+        if (!q->merge)
+                pthread_join(q->thread, NULL); /* it writes what is queued first */
         if (q->err)
                 log_error("store: a queued data file write failed: %s", ntfs_strerror(q->err));
         wsw_free(q);
@@ -321,12 +368,29 @@ int wsw_queue(ntfs_store *st, int fd, uint64_t pos, const void *buf, size_t len)
                 else if (again)
                         log_info("store: queued data file writes are on again");
         }
-        if (q->err || !q->reserve_held || st->low_space || len > NTFS_CHUNK_SIZE || len == 0) {
+        bool big = q->merge && len > WSW_MERGE_JOB;
+        if (q->err || !q->reserve_held || st->low_space || len > NTFS_CHUNK_SIZE || len == 0 || big) {
                 /* the caller writes it, after everything queued */
                 wait_empty(q);
                 int r = report(st, q);
                 pthread_mutex_unlock(&q->mu);
                 return r < 0 ? r : 0;
+        }
+        if (q->merge) {
+                /* a write that does not continue the last run: the runs
+                 * queued before it go to their files now, each one pwritev */
+                const struct wsw_job *last = q->jcount ? &q->jobs[(q->jhead + q->jcount - 1) % WSW_JOBS] : NULL;
+                if (!last || last->fd != fd || last->pos + last->len != pos ||
+                    q->run_bytes + len > WSW_MERGE_RUN) {
+                        wait_empty(q);
+                        q->run_bytes = 0;
+                        int r = report(st, q);
+                        if (r < 0) {
+                                pthread_mutex_unlock(&q->mu);
+                                return r;
+                        }
+                }
+                q->run_bytes += (uint32_t)len;
         }
         uint32_t n = (uint32_t)len, off = q->tail, skip = 0;
         if (buf && off + n > WSW_RING_BYTES) {

@@ -21,7 +21,7 @@
 #              nocreate, 86,400 s timeouts, killpriv2, noautoinval, 1 MiB
 #              read-ahead): the floor issue 3 holds ntfs to ("the same FUSE
 #              options")
-#   ntfs-async the same with NTFS_ASYNC_DATA_WRITES=1: data file writes queued
+#   ntfs-async the same with NTFS_DATA_WRITES=thread: data file writes queued
 #              to a writer thread, not made in the request (fs/wswrite.c; not
 #              in the default list)
 #   ntfs-base  $NTFS_BASE_BUILD/fs/ntfs-fuse: another build (the commit before a
@@ -224,7 +224,7 @@ mount_floorsame() {
 }
 umount_floorsame() { umount_fuse "$1"; }
 # BIN MNT BASE: an ntfs-fuse with a fresh store on ext4 (BASE); the
-# caller's environment (NTFS_FUSE_STATS, NTFS_ASYNC_DATA_WRITES) reaches it
+# caller's environment (NTFS_FUSE_STATS, NTFS_DATA_WRITES) reaches it
 start_ntfs_fuse() {
         "$1" --store "$3/store" --create --session bench -f "$2" &
         PIDS+=($!)
@@ -242,8 +242,8 @@ mount_ntfs() {
         wait_mounted "$1"
 }
 # ntfs with its data file writes queued to a writer thread
-# (NTFS_ASYNC_DATA_WRITES=1, fs/wswrite.c; off by default)
-mount_ntfs-async() { NTFS_ASYNC_DATA_WRITES=1 start_ntfs_fuse "$NTFS_FUSE" "$1" "$2"; }
+# (NTFS_DATA_WRITES=thread, fs/wswrite.c; not the default)
+mount_ntfs-async() { NTFS_DATA_WRITES=thread start_ntfs_fuse "$NTFS_FUSE" "$1" "$2"; }
 umount_ntfs-async() { umount_fuse "$1"; }
 mount_ntfs-base() { start_ntfs_fuse "$NTFS_BASE_BUILD/fs/ntfs-fuse" "$1" "$2"; }
 umount_ntfs-base() { umount_fuse "$1"; }

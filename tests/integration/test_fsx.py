@@ -62,14 +62,17 @@ def test_fsx_short_run(daemon):  # noqa: F811
     short_run(daemon)
 
 
-def test_fsx_short_run_with_queued_writes(scratch, monkeypatch):
-    """The same run with the data file writes queued to the store's writer
-    thread (NTFS_ASYNC_DATA_WRITES=1, fs/wswrite.c; off by default): reads
-    after writes, mmap, truncates, checkpoints and rollbacks over a queue."""
-    monkeypatch.setenv("NTFS_ASYNC_DATA_WRITES", "1")
+@pytest.mark.parametrize("mode", ["thread", "sync"])
+def test_fsx_short_run_other_write_modes(scratch, monkeypatch, mode):
+    """The same run with the data file writes made the store's other ways
+    (NTFS_DATA_WRITES, fs/wswrite.c; the default merges a file's small
+    writes in the next request): queued to a writer thread, or each made in
+    its own request. Reads after writes, mmap, truncates, checkpoints and
+    rollbacks over each."""
+    monkeypatch.setenv("NTFS_DATA_WRITES", mode)
     d = Daemon(scratch)
     try:
-        short_run(d, seed=SEED + 1)
+        short_run(d, seed=SEED + (1 if mode == "thread" else 2))
     finally:
         stop_and_check(d, scratch)
 

@@ -75,7 +75,7 @@ static ntfs_ws *quiet_session(ntfs_store **st) {
 /* The same with the data file writes queued to the writer thread
  * (wswrite.c, off by default). */
 static ntfs_ws *queued_session(ntfs_store **st) {
-        return session_opened(st, &(struct ntfs_store_opts){ .no_flusher = true, .async_data_writes = true });
+        return session_opened(st, &(struct ntfs_store_opts){ .no_flusher = true, .data_writes = NTFS_DATA_WRITES_THREAD });
 }
 
 /* A fresh store with the background flusher, with session "s"; returns
@@ -2143,7 +2143,7 @@ static void crash_child(int wfd, const char *point, unsigned n) {
         ntfs_store *st;
         /* the write queue on for its own point */
         struct ntfs_store_opts o = { .no_flusher = true,
-                                     .async_data_writes = strcmp(point, "wsdata.queued_write") == 0 };
+                                     .data_writes = strcmp(point, "wsdata.queued_write") == 0 ? NTFS_DATA_WRITES_THREAD : NTFS_DATA_WRITES_MERGE };
         if (ntfs_store_open(tmpdir, &o, &st) < 0)
                 _exit(3);
         ntfs_fault_arm(point, n, NTFS_FAULT_CRASH);
@@ -2407,6 +2407,77 @@ static void queue_counters(ntfs_store *st, uint64_t *queued, uint64_t *written, 
         store_leave(st);
 }
 
+/* The default (NTFS_DATA_WRITES_MERGE): a file's small adjacent writes
+ * wait in the queue and go to the data file as one call when a write
+ * elsewhere comes; a read sees them at once; a big write is made in its
+ * request; a closed and reopened store has every byte. */
+TEST(small_writes_merge_into_one_call) {
+        enum { PIECE = 4608, PER = 4, FILES = 50 };
+        static uint8_t buf[PER * PIECE], big[40 << 10]; /* over WSW_MERGE_JOB, in one chunk */
+        ntfs_store *st;
+        ntfs_ws *ws = quiet_session(&st);
+        ASSERT(st->wsw != NULL);
+        uint64_t queued0, written0, batches0, queued, written, batches;
+        queue_counters(st, &queued0, &written0, &batches0);
+        char name[32];
+        uint64_t ino[FILES];
+        for (int i = 0; i < FILES; i++) {
+                snprintf(name, sizeof name, "m%d", i);
+                ino[i] = mkfile(ws, NTFS_ROOT_INO, name, NULL);
+                fill(buf, sizeof buf, (unsigned)i + 100);
+                for (int k = 0; k < PER; k++) {
+                        ASSERT_EQ(ntfs_ws_write(ws, ino[i], buf + k * PIECE, PIECE, (uint64_t)k * PIECE, false),
+                                  PIECE);
+                        queue_counters(st, &queued, &written, &batches);
+                        /* this file's pieces wait; every earlier file's are
+                         * written, each file's as one call */
+                        ASSERT_EQ(queued - queued0, (uint64_t)(i * PER + k + 1));
+                        ASSERT_EQ(written - written0, (uint64_t)(i * PER));
+                        ASSERT_EQ(batches - batches0, (uint64_t)i);
+                }
+        }
+        /* a read of the last file waits for its queued pieces, no more */
+        fill(buf, sizeof buf, FILES - 1 + 100);
+        uint8_t got[sizeof buf];
+        ASSERT_EQ(ntfs_ws_read(ws, ino[FILES - 1], got, sizeof got, 0), (long)sizeof got);
+        ASSERT(memcmp(got, buf, sizeof buf) == 0);
+        queue_counters(st, &queued, &written, &batches);
+        ASSERT_EQ(written, queued);
+        ASSERT_EQ(batches - batches0, (uint64_t)FILES);
+        /* a write bigger than a queued one is made in its request */
+        uint64_t b = mkfile(ws, NTFS_ROOT_INO, "big", NULL);
+        fill(big, sizeof big, 7);
+        ASSERT_EQ(ntfs_ws_write(ws, b, big, sizeof big, 0, false), (long)sizeof big);
+        uint64_t q2, w2, b2;
+        queue_counters(st, &q2, &w2, &b2);
+        ASSERT_EQ(q2, queued);
+        /* a small write, then the store closes with it queued */
+        ASSERT_EQ(ntfs_ws_write(ws, b, "tail", 4, sizeof big, false), 4);
+        queue_counters(st, &q2, &w2, &b2);
+        ASSERT_EQ(q2, queued + 1);
+        ASSERT_EQ(w2, queued);
+        ASSERT_OK(ntfs_store_flush(st, true));
+        fsck_clean(st);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+
+        st = open_store();
+        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        for (int i = 0; i < FILES; i++) {
+                snprintf(name, sizeof name, "m%d", i);
+                fill(buf, sizeof buf, (unsigned)i + 100);
+                expect_bytes(ws, name, buf, sizeof buf);
+        }
+        uint8_t whole[sizeof big + 4];
+        memcpy(whole, big, sizeof big);
+        memcpy(whole + sizeof big, "tail", 4);
+        expect_bytes(ws, "big", whole, sizeof whole);
+        fsck_clean(st);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
 /* Files written the way tar writes them (10 KiB at a time), far more than
  * the queue's ring holds, then random overwrites, extensions and sparse
  * writes checked against a copy: every read sees every write before it, in
@@ -2468,8 +2539,7 @@ TEST(queued_writes_land_in_order) {
         ntfs_ws_close(ws);
         ntfs_store_close(st);
 
-        st = open_store();
-        ASSERT(st->wsw == NULL); /* off by default */
+        st = open_store(); /* the default: writes merged, no thread */
         ASSERT_OK(ntfs_ws_open(st, "s", &ws));
         for (int i = 0; i < FILES; i += 37) {
                 snprintf(name, sizeof name, "t%d", i);
@@ -3613,6 +3683,7 @@ int main(void) {
         RUN(inode_cache_is_resident_and_not_inherited);
         RUN(pending_inode_records_reach_the_batch);
         RUN(failed_writes_give_their_slots_back);
+        RUN(small_writes_merge_into_one_call);
         RUN(queued_writes_land_in_order);
         RUN(failed_queued_write_breaks_its_batch);
         RUN(freed_slots_pool_until_the_store_stands_still);
