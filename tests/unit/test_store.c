@@ -73,9 +73,10 @@ static ntfs_ws *quiet_session(ntfs_store **st) {
 }
 
 /* The same with the data file writes queued to the writer thread
- * (wswrite.c, off by default). */
+ * (wswrite.c, not the default). */
 static ntfs_ws *queued_session(ntfs_store **st) {
-        return session_opened(st, &(struct ntfs_store_opts){ .no_flusher = true, .data_writes = NTFS_DATA_WRITES_THREAD });
+        return session_opened(st,
+                              &(struct ntfs_store_opts){ .no_flusher = true, .data_writes = NTFS_DATA_WRITES_THREAD });
 }
 
 /* A fresh store with the background flusher, with session "s"; returns
@@ -2141,9 +2142,10 @@ _Static_assert(CRASH_FAR > CHUNK_INLINE_MAX, "crash_points must reach the data f
 
 static void crash_child(int wfd, const char *point, unsigned n) {
         ntfs_store *st;
-        /* the write queue on for its own point */
+        /* the writer thread for its own point; else the default */
+        bool queued = strcmp(point, "wsdata.queued_write") == 0;
         struct ntfs_store_opts o = { .no_flusher = true,
-                                     .data_writes = strcmp(point, "wsdata.queued_write") == 0 ? NTFS_DATA_WRITES_THREAD : NTFS_DATA_WRITES_MERGE };
+                                     .data_writes = queued ? NTFS_DATA_WRITES_THREAD : NTFS_DATA_WRITES_MERGE };
         if (ntfs_store_open(tmpdir, &o, &st) < 0)
                 _exit(3);
         ntfs_fault_arm(point, n, NTFS_FAULT_CRASH);
@@ -2410,7 +2412,7 @@ static void queue_counters(ntfs_store *st, uint64_t *queued, uint64_t *written, 
 /* The default (NTFS_DATA_WRITES_MERGE): a file's small adjacent writes
  * wait in the queue and go to the data file as one call when a write
  * elsewhere comes; a read sees them at once; a big write is made in its
- * request; a closed and reopened store has every byte. */
+ * request; a store closed with a write queued has it when reopened. */
 TEST(small_writes_merge_into_one_call) {
         enum { PIECE = 4608, PER = 4, FILES = 50 };
         static uint8_t buf[PER * PIECE], big[40 << 10]; /* over WSW_MERGE_JOB, in one chunk */
@@ -2451,13 +2453,13 @@ TEST(small_writes_merge_into_one_call) {
         uint64_t q2, w2, b2;
         queue_counters(st, &q2, &w2, &b2);
         ASSERT_EQ(q2, queued);
+        ASSERT_OK(ntfs_store_flush(st, true));
+        fsck_clean(st);
         /* a small write, then the store closes with it queued */
         ASSERT_EQ(ntfs_ws_write(ws, b, "tail", 4, sizeof big, false), 4);
         queue_counters(st, &q2, &w2, &b2);
         ASSERT_EQ(q2, queued + 1);
         ASSERT_EQ(w2, queued);
-        ASSERT_OK(ntfs_store_flush(st, true));
-        fsck_clean(st);
         ntfs_ws_close(ws);
         ntfs_store_close(st);
 
@@ -2475,6 +2477,18 @@ TEST(small_writes_merge_into_one_call) {
         fsck_clean(st);
         ntfs_ws_close(ws);
         ntfs_store_close(st);
+
+        /* NTFS_DATA_WRITES overrides the option; a value it does not know
+         * is ignored (with a warning) */
+        ASSERT_OK(setenv("NTFS_DATA_WRITES", "sync", 1));
+        st = open_store();
+        ASSERT(st->wsw == NULL);
+        ntfs_store_close(st);
+        ASSERT_OK(setenv("NTFS_DATA_WRITES", "fast", 1));
+        st = open_store();
+        ASSERT(st->wsw != NULL);
+        ntfs_store_close(st);
+        ASSERT_OK(unsetenv("NTFS_DATA_WRITES"));
         rm_rf(tmpdir);
 }
 
