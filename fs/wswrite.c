@@ -58,9 +58,9 @@
  *    queued one (another file, another place) first writes the queue, each
  *    run of adjacent writes as one pwritev. tar writes a file in pieces of
  *    a few KiB, and ext4's cost is per call and per page touched: one call
- *    per file instead of four took a tenth off the daemon's CPU time in an
- *    untar (docs/store.md 4.8). The queue holds at most one run, so a read
- *    of queued bytes waits for little.
+ *    per file instead of four took 6% off the daemon's CPU time in an
+ *    untar, 4% off its time (docs/store.md 4.8). The queue holds at most
+ *    one run, so a read of queued bytes waits for little.
  *  - thread: a writer thread writes the queue as it fills. Measured on
  *    this kind of machine, it took up to a fifth off an untar on a fresh
  *    mount but mostly under 8% in the benchmark's sequence, and added
