@@ -138,8 +138,7 @@ struct wsw {
         bool reserve_held;
         int64_t reserve_tried;             /* mono ns */
         uint64_t queued, written, batches; /* counters (tests, the stats) */
-        bool merge;         /* no writer thread: see WSW_MERGE_RUN */
-        uint32_t run_bytes; /* merge: bytes of the last queued run */
+        bool merge; /* no writer thread: see WSW_MERGE_RUN */
 };
 
 static void *writer_main(void *arg);
@@ -377,20 +376,19 @@ int wsw_queue(ntfs_store *st, int fd, uint64_t pos, const void *buf, size_t len)
                 return r < 0 ? r : 0;
         }
         if (q->merge) {
-                /* a write that does not continue the last run: the runs
-                 * queued before it go to their files now, each one pwritev */
+                /* a write that does not continue the last run: the run
+                 * queued before it goes to its file now, as one pwritev.
+                 * So the queue only ever holds that one run, and q->bytes
+                 * is its length. */
                 const struct wsw_job *last = q->jcount ? &q->jobs[(q->jhead + q->jcount - 1) % WSW_JOBS] : NULL;
-                if (!last || last->fd != fd || last->pos + last->len != pos ||
-                    q->run_bytes + len > WSW_MERGE_RUN) {
+                if (!last || last->fd != fd || last->pos + last->len != pos || q->bytes + len > WSW_MERGE_RUN) {
                         wait_empty(q);
-                        q->run_bytes = 0;
                         int r = report(st, q);
                         if (r < 0) {
                                 pthread_mutex_unlock(&q->mu);
                                 return r;
                         }
                 }
-                q->run_bytes += (uint32_t)len;
         }
         uint32_t n = (uint32_t)len, off = q->tail, skip = 0;
         if (buf && off + n > WSW_RING_BYTES) {
