@@ -40,7 +40,11 @@
 # BENCH_META_ONLY=1 (only creates, untar, find/du, git, rm -rf: no fio, no make),
 # BENCH_DATA_ONLY=1 (only the four fio rows), BENCH_REQS=1 (also count the
 # FUSE requests each row sends the FUSE targets, by opcode, with perf and the
-# kernel's fuse:fuse_request_send tracepoint: a table after the targets).
+# kernel's fuse:fuse_request_send tracepoint: a table after the targets),
+# BENCH_FUSE_WAKE_HERE=Y or N (sets the fuse module's wake_here parameter,
+# where the kernel has it, for the whole run, every target alike, and puts
+# it back on exit; unset: left as it is. docs/bench-fs.md, "Waking the
+# FUSE server where the request was made"; the header says which was used).
 # Runs alternate: run r visits the targets in an order rotated by r and,
 # with three targets or more, every second run in reverse (rotation alone
 # has each target follow the same one in every run, so what a mount leaves
@@ -57,7 +61,7 @@ for a in "$@"; do
         case $a in
         --quick) QUICK=1 ;;
         --order) ORDER_ONLY=1 ;;
-        -h | --help) sed -n '3,50p' "$0"; exit 0 ;;
+        -h | --help) sed -n '3,54p' "$0"; exit 0 ;;
         *) echo "bench-fs: unknown argument $a" >&2; exit 2 ;;
         esac
 done
@@ -96,6 +100,8 @@ REQS=$SCRATCH/reqs.tsv # BENCH_REQS=1: TARGET ROW RUN OPCODE COUNT
 : >"$RAW"
 : >"$REQS"
 
+WAKE_PARAM=/sys/module/fuse/parameters/wake_here
+WAKE_WAS= # the parameter's value before this run, put back on exit
 MOUNTS=() # mountpoints to unmount on exit
 TRACEFS_MOUNTED=0
 PIDS=()   # daemons to stop on exit
@@ -120,6 +126,7 @@ cleanup() {
                 wait "$p" 2>/dev/null || true
         done
         reqs_stop
+        if [ -n "$WAKE_WAS" ]; then echo "$WAKE_WAS" >"$WAKE_PARAM" 2>/dev/null || true; fi
         if [ "$TRACEFS_MOUNTED" = 1 ]; then umount /sys/kernel/tracing 2>/dev/null || true; fi
         if [ -n "${BENCH_RAW:-}" ] && [ -s "$RAW" ]; then cp "$RAW" "$BENCH_RAW"; fi
         if [ -n "${BENCH_RAW:-}" ] && [ -s "$REQS" ]; then cp "$REQS" "$BENCH_RAW.reqs"; fi
@@ -445,6 +452,18 @@ if [[ " $TARGETS " == *" floor"* ]] && [ ! -x "$FUSEFLOOR" ]; then
         exit 2
 fi
 
+case ${BENCH_FUSE_WAKE_HERE:-} in
+'') ;;
+Y | N)
+        if [ ! -w "$WAKE_PARAM" ]; then
+                log "BENCH_FUSE_WAKE_HERE needs $WAKE_PARAM (this kernel's fuse has no wake_here parameter, or not as root)"
+                exit 2
+        fi
+        WAKE_WAS=$(cat "$WAKE_PARAM")
+        echo "$BENCH_FUSE_WAKE_HERE" >"$WAKE_PARAM" ;;
+*) log "BENCH_FUSE_WAKE_HERE must be Y or N, not $BENCH_FUSE_WAKE_HERE"; exit 2 ;;
+esac
+
 mapfile -t ORDER < <(run_order)
 for entry in "${ORDER[@]}"; do
         RUN=${entry%% *} TARGET=${entry#* }
@@ -470,6 +489,7 @@ done
 
 echo "# bench-fs: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs, kernel $(uname -r)," \
         "tree $TREE_ENTRIES entries ($TREE_FILES files), runs $RUNS$([ $QUICK = 1 ] && echo ', QUICK')"
+echo "# fuse wake_here: $(cat "$WAKE_PARAM" 2>/dev/null || echo 'not in this kernel')$([ -n "$WAKE_WAS" ] && echo " (set for this run; it was $WAKE_WAS)")"
 echo "# floor: $FUSEFLOOR -o prealloc=$PREALLOC${FLOOR_OPTS:+,$FLOOR_OPTS}; floorsame: -o prealloc=$PREALLOC,$FLOORSAME_OPTS, read_ahead_kb $FLOORSAME_READAHEAD_KB"
 report_args=("$RAW")
 if [ "${BENCH_REQS:-0}" = 1 ]; then report_args+=("$REQS"); fi

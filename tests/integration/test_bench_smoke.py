@@ -308,3 +308,46 @@ def test_report_requests(tmp_path):
     # SETATTR's median is 0 (two runs had none), LOOKUP's is under 1%
     assert re.search(r"^  untar +floorsame +WRITE 1000, GETATTR 100$", out, re.M), out
     assert re.search(r"^  untar +ntfs +WRITE 700$", out, re.M), out
+
+
+WAKE_PARAM = "/sys/module/fuse/parameters/wake_here"
+
+
+def test_wake_here_set_for_the_run_and_put_back(tmp_path):
+    """BENCH_FUSE_WAKE_HERE=Y: the run is made with the fuse module's
+    wake_here parameter set (the header says so, and what it was) and the
+    parameter is put back when the script exits; a value other than Y or N,
+    or a kernel without the parameter, stops the script before anything
+    runs."""
+    floor = os.path.join(BUILD, "tools", "fusefloor")
+    if not os.path.exists(floor):
+        pytest.skip("no fusefloor at %s" % floor)
+    script = os.path.join(ROOT, "tools", "bench-fs.sh")
+    env = dict(os.environ, BENCH_TARGETS="floor", BENCH_DATA_ONLY="1", NTFS_BUILD=BUILD,
+               BENCH_DIR=str(tmp_path), BENCH_CACHE=str(tmp_path / "cache"))
+    r = subprocess.run([script, "--quick"], env=dict(env, BENCH_FUSE_WAKE_HERE="yes"), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "BENCH_FUSE_WAKE_HERE must be Y or N" in r.stderr, r.stderr
+    if not os.path.exists(WAKE_PARAM):  # another kernel: refused, not ignored
+        r = subprocess.run([script, "--quick"], env=dict(env, BENCH_FUSE_WAKE_HERE="Y"), capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 2 and "no wake_here parameter" in r.stderr, r.stderr
+        return
+    with open(WAKE_PARAM) as f:
+        was = f.read().strip()
+    other = "N" if was == "Y" else "Y"
+    try:
+        r = subprocess.run([script, "--quick"], env=dict(env, BENCH_FUSE_WAKE_HERE=other), capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert "# fuse wake_here: %s (set for this run; it was %s)" % (other, was) in r.stdout, r.stdout
+        head, rows = table(r.stdout)
+        assert re.match(r"^\d+(\.\d+)?$", rows["seq-write-1M"]["floor"]), rows
+        with open(WAKE_PARAM) as f:
+            assert f.read().strip() == was
+        r = subprocess.run([script, "--quick"], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert "# fuse wake_here: %s\n" % was in r.stdout, r.stdout  # unset: left alone
+    finally:
+        with open(WAKE_PARAM, "w") as f:
+            f.write(was)
