@@ -116,6 +116,7 @@ struct ntfs_mount {
         uint32_t kernel_minor, kernel_flags; /* from the INIT request */
         _Atomic uint64_t opcounts[64]; /* requests per opcode (0: out of range) */
         _Atomic uint64_t opns[64];     /* with NTFS_FUSE_STATS: ns from request read to reply */
+        _Atomic uint64_t opwait[64];   /* with NTFS_FUSE_STATS: of opns, ns waiting for the store's lock */
         const char *stats_path;        /* NTFS_FUSE_STATS at start (getenv: the daemons never change
                                         * their environment); NULL: none, nothing timed */
 
@@ -525,7 +526,7 @@ static int new_owner(fuse_req_t req, uint64_t parent, bool isdir, uint32_t *uid,
 /* ---- INIT ------------------------------------------------------------ */
 
 /* Request counts per opcode (NTFS_FUSE_STATS=PATH: written at stop, one
- * "OPCODE COUNT NS" line each, the format of fusefloor -o stats). */
+ * "OPCODE COUNT NS WAIT" line each: write_stats). */
 #define MOUNT_NOPC 64
 static const char *const opc_names[MOUNT_NOPC] = {
         [FUSE_LOOKUP] = "LOOKUP",       [FUSE_FORGET] = "FORGET",
@@ -562,6 +563,7 @@ static __thread bool tls_write_kill;
  * (io_writev, same thread) adds the time to opns. FORGETs have no reply;
  * the next read overwrites them. */
 static __thread int64_t tls_req_start;
+static __thread int64_t tls_req_wait0; /* ntfs_store_thread_wait_ns() then */
 static __thread unsigned tls_req_opc;
 
 static ssize_t io_read(int fd, void *buf, size_t len, void *ud) {
@@ -577,6 +579,7 @@ static ssize_t io_read(int fd, void *buf, size_t len, void *ud) {
                 if (m->stats_path) {
                         tls_req_opc = opc;
                         tls_req_start = ntfs_mono_ns();
+                        tls_req_wait0 = ntfs_store_thread_wait_ns();
                 }
                 if (ih->opcode == FUSE_INIT && (size_t)r >= sizeof(*ih) + 16) {
                         /* What the kernel offers: libfuse 3.14 has no
@@ -618,6 +621,9 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *ud) {
         }
         if (tls_req_start) {
                 atomic_fetch_add_explicit(&m->opns[tls_req_opc], (uint64_t)(ntfs_mono_ns() - tls_req_start),
+                                          memory_order_relaxed);
+                atomic_fetch_add_explicit(&m->opwait[tls_req_opc],
+                                          (uint64_t)(ntfs_store_thread_wait_ns() - tls_req_wait0),
                                           memory_order_relaxed);
                 tls_req_start = 0;
         }
@@ -1729,11 +1735,12 @@ static void mount_free(ntfs_mount *m) {
         free(m);
 }
 
-/* NTFS_FUSE_STATS=PATH: the request counts, one "OPCODE COUNT NS" line per
- * opcode seen (fusefloor -o stats format plus NS, the handlers' total time
- * from reading the request to writing its reply; "OTHER" is out-of-table
- * opcodes), written when the mount stops (the file is replaced). A
- * measuring aid: failures are ignored. */
+/* NTFS_FUSE_STATS=PATH: the request counts, one "OPCODE COUNT NS WAIT" line
+ * per opcode seen (fusefloor -o stats format plus NS, the handlers' total
+ * time from reading the request to writing its reply, and WAIT, the part of
+ * NS spent waiting for the store's lock; "OTHER" is out-of-table opcodes),
+ * written when the mount stops (the file is replaced). A measuring aid:
+ * failures are ignored. */
 static void write_stats(ntfs_mount *m) {
         const char *path = m->stats_path;
         if (!path)
@@ -1747,8 +1754,9 @@ static void write_stats(ntfs_mount *m) {
                 uint64_t n = atomic_load(&m->opcounts[i]);
                 if (n == 0)
                         continue;
-                int k = snprintf(buf + pos, sizeof(buf) - pos, "%s %" PRIu64 " %" PRIu64 "\n",
-                                 i ? opc_names[i] : "OTHER", n, atomic_load(&m->opns[i]));
+                int k = snprintf(buf + pos, sizeof(buf) - pos, "%s %" PRIu64 " %" PRIu64 " %" PRIu64 "\n",
+                                 i ? opc_names[i] : "OTHER", n, atomic_load(&m->opns[i]),
+                                 atomic_load(&m->opwait[i]));
                 if (k < 0 || (size_t)k >= sizeof(buf) - pos)
                         break;
                 pos += (size_t)k;

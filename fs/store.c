@@ -185,13 +185,21 @@ int store_fresh_txn(ntfs_store *st) {
         return r;
 }
 
+/* This thread's time waiting for the lock or for copies (measured only
+ * when it had to wait: a free lock costs no clock read). */
+static __thread int64_t tls_wait_ns;
+
+int64_t ntfs_store_thread_wait_ns(void) { return tls_wait_ns; }
+
 void store_wait_copies(ntfs_store *st) {
         if (!atomic_load_explicit(&st->copies, memory_order_acquire))
                 return;
+        int64_t t0 = ntfs_mono_ns();
         pthread_mutex_lock(&st->copy_mu);
         while (atomic_load_explicit(&st->copies, memory_order_acquire))
                 pthread_cond_wait(&st->copy_cond, &st->copy_mu);
         pthread_mutex_unlock(&st->copy_mu);
+        tls_wait_ns += ntfs_mono_ns() - t0;
 }
 
 static inline void cpu_relax(void) {
@@ -207,20 +215,19 @@ static inline void cpu_relax(void) {
 static void lock_mutex(ntfs_store *st) {
         if (pthread_mutex_trylock(&st->lock) == 0)
                 return;
-        int64_t until = 0;
+        int64_t t0 = ntfs_mono_ns(), until = t0 + STORE_BRIEF_SPIN_NS;
         for (unsigned i = 1; atomic_load_explicit(&st->lock_brief, memory_order_relaxed); i++) {
                 cpu_relax();
                 if (i % 16)
                         continue;
                 if (pthread_mutex_trylock(&st->lock) == 0)
-                        return;
-                int64_t now = ntfs_mono_ns();
-                if (!until)
-                        until = now + STORE_BRIEF_SPIN_NS;
-                else if (now > until)
+                        goto locked;
+                if (ntfs_mono_ns() > until)
                         break;
         }
         pthread_mutex_lock(&st->lock);
+locked:
+        tls_wait_ns += ntfs_mono_ns() - t0;
 }
 
 void store_hold_brief(ntfs_store *st) { atomic_store_explicit(&st->lock_brief, true, memory_order_relaxed); }

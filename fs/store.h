@@ -91,6 +91,10 @@ void ntfs_store_close(ntfs_store *st);
 /* Commits batched writes; with durable, also fsyncs. */
 int ntfs_store_flush(ntfs_store *st, bool durable);
 const char *ntfs_store_dir(const ntfs_store *st);
+/* The calling thread's total time, in ns, spent waiting for a store's lock
+ * (or for the copies in flight) since it started: a measuring aid, counted
+ * only when the lock was not free at once (NTFS_FUSE_STATS's WAIT column). */
+int64_t ntfs_store_thread_wait_ns(void);
 
 /* ---- hashes and refs ------------------------------------------------- */
 

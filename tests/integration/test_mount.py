@@ -436,9 +436,40 @@ def _bdi_read_ahead_kb(path):
 
 
 def _read_stats(path):
-    """NTFS_FUSE_STATS's file: "OPCODE COUNT NS" lines -> {opcode: (count, ns)}."""
+    """NTFS_FUSE_STATS's file: "OPCODE COUNT NS WAIT" lines -> {opcode: (count, ns)}."""
     with open(path) as f:
         return {w[0]: (int(w[1]), int(w[2])) for w in (line.split() for line in f) if w}
+
+
+def test_stats_count_the_store_lock_waits(mounter, store_dir, scratch, monkeypatch):
+    # NTFS_FUSE_STATS's fourth column is the part of each request type's
+    # handler time spent waiting for the store's lock: with four writers
+    # at once the requests queue for it, and a wait is never longer than
+    # the handler time it is part of.
+    stats = os.path.join(scratch, "stats-wait")
+    monkeypatch.setenv("NTFS_FUSE_STATS", stats)
+    m = mounter(store_dir, session="wait")
+
+    def writer(k):
+        d = os.path.join(m.path, f"d{k}")
+        os.mkdir(d)
+        for i in range(400):
+            with open(os.path.join(d, f"f{i}"), "wb") as f:
+                f.write(b"x" * 3000)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    m.stop()
+    with open(stats) as f:
+        rows = [line.split() for line in f if line.strip()]
+    assert rows and all(len(r) == 4 and all(x.isdigit() for x in r[1:]) for r in rows), rows
+    table = {r[0]: [int(x) for x in r[1:]] for r in rows}
+    assert table["MKNOD"][0] >= 1600 and table["WRITE"][0] >= 1600, table
+    assert all(wait <= ns for _, ns, wait in table.values()), table
+    assert sum(wait for _, _, wait in table.values()) > 0, table
 
 
 def _request_counts(path):

@@ -3239,6 +3239,56 @@ static void *gate_write(void *arg) {
         return NULL;
 }
 
+/* A getattr made while another thread holds the store lock: how long it
+ * took and how much of it ntfs_store_thread_wait_ns counted as waiting. */
+struct waiter_arg {
+        ntfs_ws *ws;
+        uint64_t ino;
+        atomic_bool started;
+        int64_t took, waited;
+};
+
+static void *waiter_main(void *p) {
+        struct waiter_arg *w = p;
+        struct ntfs_attr a;
+        int64_t w0 = ntfs_store_thread_wait_ns(), t0 = ntfs_mono_ns();
+        atomic_store(&w->started, true);
+        ASSERT_OK(ntfs_ws_getattr(w->ws, w->ino, &a));
+        w->took = ntfs_mono_ns() - t0;
+        w->waited = ntfs_store_thread_wait_ns() - w0;
+        return NULL;
+}
+
+/* NTFS_FUSE_STATS's WAIT column: a call that finds the store lock taken
+ * counts the time until it has it; one that finds it free counts nothing. */
+TEST(lock_waits_are_counted) {
+        ntfs_store *st;
+        ntfs_ws *ws = quiet_session(&st); /* no flusher takes the lock meanwhile */
+        uint64_t f = mkfile(ws, NTFS_ROOT_INO, "f", "x");
+        struct ntfs_attr a;
+        int64_t before = ntfs_store_thread_wait_ns();
+        ASSERT_OK(ntfs_ws_getattr(ws, f, &a));
+        ASSERT_EQ(ntfs_store_thread_wait_ns(), before); /* free: not counted */
+
+        struct waiter_arg w = { .ws = ws, .ino = f };
+        ASSERT_OK(store_enter(st));
+        pthread_t t;
+        ASSERT_EQ(pthread_create(&t, NULL, waiter_main, &w), 0);
+        while (!atomic_load(&w.started))
+                sched_yield();
+        struct timespec ts = { 0, 60 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+        store_leave(st);
+        ASSERT_EQ(pthread_join(t, NULL), 0);
+        ASSERT(w.waited >= 40 * 1000 * 1000); /* held ~60 ms after it started */
+        ASSERT(w.waited <= w.took);
+        ASSERT_EQ(ntfs_store_thread_wait_ns(), before); /* another thread's wait */
+
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
 TEST(read_copies_run_unlocked_and_writes_wait) {
         ntfs_store *st;
         ntfs_ws *ws = quiet_session(&st);
@@ -3708,6 +3758,7 @@ int main(void) {
         RUN(orphan_of_a_dead_process_is_purged);
         RUN(second_handle_shares_the_session);
         RUN(data_changes_reach_the_other_handles);
+        RUN(lock_waits_are_counted);
         RUN(read_copies_run_unlocked_and_writes_wait);
         RUN(read_copies_beside_a_changing_store);
         RUN(session_counters_reach_the_batch);
