@@ -3274,13 +3274,14 @@ TEST(lock_waits_are_counted) {
         ASSERT_OK(store_enter(st));
         pthread_t t;
         ASSERT_EQ(pthread_create(&t, NULL, waiter_main, &w), 0);
-        while (!atomic_load(&w.started))
+        /* held 50 ms after the waiter is in store_enter */
+        while (!atomic_load(&w.started) || !atomic_load(&st->lock_wanted))
                 sched_yield();
-        struct timespec ts = { 0, 60 * 1000 * 1000 };
+        struct timespec ts = { 0, 50 * 1000 * 1000 };
         nanosleep(&ts, NULL);
         store_leave(st);
         ASSERT_EQ(pthread_join(t, NULL), 0);
-        ASSERT(w.waited >= 40 * 1000 * 1000); /* held ~60 ms after it started */
+        ASSERT(w.waited >= 25 * 1000 * 1000);
         ASSERT(w.waited <= w.took);
         ASSERT_EQ(ntfs_store_thread_wait_ns(), before); /* another thread's wait */
 
