@@ -568,7 +568,10 @@ static __thread unsigned tls_req_opc;
 
 static ssize_t io_read(int fd, void *buf, size_t len, void *ud) {
         ntfs_mount *m = ud;
-        tls_fuse_worker = true;
+        if (!tls_fuse_worker) { /* this worker's first read */
+                tls_fuse_worker = true;
+                pthread_setname_np(pthread_self(), "ntfs-fuse-wk");
+        }
         ssize_t r = read(fd, buf, len);
         tls_write_kill = false;
         tls_req_start = 0;
@@ -1557,6 +1560,7 @@ static void purge_negatives(ntfs_mount *m) {
 
 static void *inval_main(void *p) {
         ntfs_mount *m = p;
+        pthread_setname_np(pthread_self(), "ntfs-inval");
         pthread_mutex_lock(&m->lock);
         for (;;) {
                 while (!m->inval_requested && !m->neg_purge && !m->dq_n && !m->inval_quit)
@@ -1596,6 +1600,7 @@ void ntfs_mount_opts_init(struct ntfs_mount_opts *o) {
 
 static void *loop_main(void *p) {
         ntfs_mount *m = p;
+        pthread_setname_np(pthread_self(), "ntfs-loop");
         struct fuse_loop_config *cfg = fuse_loop_cfg_create();
         int r = -ENOMEM;
         if (cfg) {

@@ -422,6 +422,7 @@ static bool commit_due(ntfs_store *st, bool quiet, bool *burst, int64_t now) {
 
 static void *flusher_main(void *arg) {
         ntfs_store *st = arg;
+        pthread_setname_np(pthread_self(), "ntfs-flusher");
         unsigned seen = atomic_load_explicit(&st->lock_taken, memory_order_relaxed);
         bool burst = false; /* a busy wake-up since the last quiet commit */
         store_lock(st);

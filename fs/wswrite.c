@@ -538,6 +538,7 @@ static void write_batch(struct wsw *q) {
 
 static void *writer_main(void *arg) {
         struct wsw *q = arg;
+        pthread_setname_np(pthread_self(), "ntfs-datawrite");
         bool lingered = false;
         pthread_mutex_lock(&q->mu);
         for (;;) {
