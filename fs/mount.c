@@ -48,6 +48,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "fs/fusepool.h"
 #include "fs/mount.h"
 #include "common/banned.h"
 
@@ -568,10 +569,7 @@ static __thread unsigned tls_req_opc;
 
 static ssize_t io_read(int fd, void *buf, size_t len, void *ud) {
         ntfs_mount *m = ud;
-        if (!tls_fuse_worker) { /* this worker's first read */
-                tls_fuse_worker = true;
-                pthread_setname_np(pthread_self(), "ntfs-fuse-wk");
-        }
+        tls_fuse_worker = true;
         ssize_t r = read(fd, buf, len);
         tls_write_kill = false;
         tls_req_start = 0;
@@ -1601,14 +1599,7 @@ void ntfs_mount_opts_init(struct ntfs_mount_opts *o) {
 static void *loop_main(void *p) {
         ntfs_mount *m = p;
         pthread_setname_np(pthread_self(), "ntfs-loop");
-        struct fuse_loop_config *cfg = fuse_loop_cfg_create();
-        int r = -ENOMEM;
-        if (cfg) {
-                fuse_loop_cfg_set_clone_fd(cfg, 0);
-                fuse_loop_cfg_set_max_threads(cfg, m->max_threads);
-                r = fuse_session_loop_mt(m->se, cfg);
-                fuse_loop_cfg_destroy(cfg);
-        }
+        int r = fusepool_run(m->se, m->max_threads, "ntfs-fuse-wk");
         mdebug("loop at %s ended (%d)", m->mountpoint, r);
         pthread_mutex_lock(&m->lock);
         m->loop_ended = true;
@@ -1844,7 +1835,7 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
         m->read_only = o->read_only || ntfs_ws_readonly(ws);
         m->entry_timeout = o->entry_timeout >= 0 ? o->entry_timeout : MOUNT_TIMEOUT;
         m->attr_timeout = o->attr_timeout >= 0 ? o->attr_timeout : MOUNT_TIMEOUT;
-        m->max_threads = o->max_threads ? o->max_threads : 8;
+        m->max_threads = o->max_threads ? NTFS_MIN(o->max_threads, FUSEPOOL_MAX) : 8;
         const char *stats = getenv("NTFS_FUSE_STATS");
         m->stats_path = stats && *stats ? stats : NULL;
         m->on_exit = o->on_exit;

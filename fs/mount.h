@@ -2,8 +2,8 @@
  * mount.h — a session's working state (or a read-only view) served as a real
  * POSIX filesystem through the FUSE low-level API (libfuse 3.14).
  *
- * One ntfs_mount is one FUSE session at one mountpoint, served by libfuse's
- * multithreaded loop on threads of its own. Every request maps to one
+ * One ntfs_mount is one FUSE session at one mountpoint, served by a pool of
+ * worker threads of its own, all started at mount (fs/fusepool.h). Every request maps to one
  * ntfs_ws_* call (fs/store.h); the only state kept here is the kernel's
  * lookup counts and the (parent, name) entries it was told about, so that a
  * rollback can invalidate exactly what the kernel caches. docs/mount.md says
@@ -44,7 +44,7 @@ struct ntfs_mount_opts {
         const char *mountpoint;  /* an existing directory; required */
         bool allow_other;        /* default true (see ntfs_mount_opts_init): the jail's root must see it */
         bool read_only;          /* forced true for a read-only view */
-        uint32_t max_threads;    /* libfuse worker threads; 0: default (8) */
+        uint32_t max_threads;    /* FUSE worker threads, all started at mount (fs/fusepool.h); 0: default (8), at most 256 */
         double entry_timeout;    /* seconds; default 86,400; at most 1 while the session is shared */
         double attr_timeout;     /* seconds; default 86,400 (the same) */
         bool debug;              /* libfuse's request trace on stderr */

@@ -25,6 +25,11 @@
  *   noautoinval      no FUSE_AUTO_INVAL_DATA (libfuse asks for it by default):
  *                    the kernel then keeps a file's pages when a refreshed
  *                    mtime differs from its own, as the ntfs mount does
+ *   growpool         libfuse's multithreaded loop (one worker at first, one
+ *                    more whenever all are busy, up to max_threads) instead
+ *                    of max_threads workers started at mount, as the ntfs
+ *                    mount has (fs/fusepool.h); max_threads is libfuse's
+ *                    option (-o max_threads=N, default 10)
  *   prealloc=MIB     fault in MIB of data blocks before mounting, so that
  *                    first-touch page clearing is not timed (default 0)
  *   stats=PATH       at exit, write one "OPCODE COUNT NS" line per request type
@@ -67,6 +72,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "fs/fusepool.h"
 #include "common/banned.h"
 
 #define BLK_SHIFT 16
@@ -133,7 +139,7 @@ struct floor {
         size_t hsize, hcount;
         /* options */
         int writeback, open, opendir, nopatch, default_permissions, flush, nocreate, noxattr, killpriv2,
-                noautoinval;
+                noautoinval, growpool;
         unsigned prealloc; /* MiB */
         double timeout;
         char *stats;
@@ -1530,6 +1536,7 @@ static const struct fuse_opt floor_opts[] = {
         FLOOR_OPT("noxattr", noxattr),
         FLOOR_OPT("killpriv2", killpriv2),
         FLOOR_OPT("noautoinval", noautoinval),
+        FLOOR_OPT("growpool", growpool),
         {"timeout=%lf", offsetof(struct floor, timeout), 0},
         {"prealloc=%u", offsetof(struct floor, prealloc), 0},
         {"stats=%s", offsetof(struct floor, stats), 0},
@@ -1545,7 +1552,7 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 static void usage(const char *prog) {
         printf("usage: %s MOUNTPOINT [-f] [-d] [-s] [-o opts]\n"
                "floor options: writeback, open, opendir, flush, nocreate, noxattr, nopatch, killpriv2,\n"
-               "               noautoinval,\n"
+               "               noautoinval, growpool,\n"
                "               timeout=SECS,\n"
                "               prealloc=MIB, stats=PATH,\n"
                "               default_permissions (else the daemon checks modes)\n",
@@ -1604,6 +1611,9 @@ int main(int argc, char *argv[]) {
                 goto out_unmount;
         if (cmd.singlethread) {
                 ret = fuse_session_loop(se);
+        } else if (!F.growpool) {
+                /* every worker from the start, as the ntfs mount (fs/fusepool.h) */
+                ret = fusepool_run(se, cmd.max_threads, "fusefloor-wk");
         } else {
                 cfg = fuse_loop_cfg_create();
                 if (!cfg)

@@ -254,3 +254,43 @@ def test_noautoinval(tmp_path, noautoinval):
         assert reads <= 2, counts()
     else:
         assert reads >= 30, counts()
+
+
+def _floor_workers(mnt):
+    """Names of the threads of the fusefloor serving mnt."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if argv[0] != FLOOR.encode() or str(mnt).encode() not in argv:
+                continue
+            names = []
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    names.append(f.read().strip())
+            return names
+        except FileNotFoundError:
+            continue
+    pytest.fail("no fusefloor process for %s" % mnt)
+
+
+@pytest.mark.parametrize("growpool", [False, True])
+def test_worker_pool(tmp_path, growpool):
+    """By default the floor serves on max_threads workers started at mount,
+    as the ntfs mount does (fs/fusepool.h); -o growpool keeps libfuse's
+    loop, which starts with one worker and adds one whenever all are busy."""
+    with mounted_floor(tmp_path, "max_threads=4" + (",growpool" if growpool else "")) as (mnt, _):
+        os.stat(mnt)  # INIT answered
+        deadline = time.monotonic() + 5
+        while (not growpool and _floor_workers(mnt).count("fusefloor-wk") < 4
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
+        names = _floor_workers(mnt)
+        if growpool:
+            assert "fusefloor-wk" not in names and len(names) <= 3, names
+        else:
+            assert names.count("fusefloor-wk") == 4, names
+        (mnt / "f").write_bytes(b"x" * 1000)
+        assert (mnt / "f").read_bytes() == b"x" * 1000

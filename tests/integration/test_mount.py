@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """POSIX behaviour of the FUSE mount (issue 3), on a real mount of ntfs-fuse."""
+import concurrent.futures
 import ctypes
 import errno
 import fcntl
@@ -473,23 +474,58 @@ def test_stats_count_the_store_lock_waits(mounter, store_dir, scratch, monkeypat
 
 
 def test_threads_are_named(mounter, store_dir):
-    # `top -H`, `ps -L` and perf tell the daemon's threads apart: libfuse's
+    # `top -H`, `ps -L` and perf tell the daemon's threads apart: the FUSE
     # workers, the loop that started them, the invalidation thread, the
     # store's flusher and its data-file writer.
     m = mounter(store_dir)
     for k in range(4):
         with open(os.path.join(m.path, f"f{k}"), "wb") as f:
             f.write(b"x" * 100000)
-    names = []
-    for tid in os.listdir(f"/proc/{m.proc.pid}/task"):
-        try:
-            with open(f"/proc/{m.proc.pid}/task/{tid}/comm") as f:
-                names.append(f.read().strip())
-        except FileNotFoundError:  # a thread that just exited
-            pass
+    names = _thread_names(m.proc.pid)
     assert {"ntfs-fuse-wk", "ntfs-loop", "ntfs-inval", "ntfs-flusher"} <= set(names), names
     assert set(names) <= {"ntfs-fuse", "ntfs-fuse-wk", "ntfs-loop", "ntfs-inval", "ntfs-flusher",
                           "ntfs-datawrite"}, names
+    m.stop()
+
+
+def _thread_names(pid):
+    names = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except FileNotFoundError:  # a thread that just exited
+            pass
+    return names
+
+
+@pytest.mark.parametrize("threads", [None, 3])
+def test_worker_pool_is_started_whole(mounter, store_dir, threads):
+    # All the FUSE workers run from the mount on (fs/fusepool.h), not added
+    # one by one as requests find every worker busy (libfuse's loop, which
+    # served an untar on 3-5 workers added while it ran, ~20% slower), and
+    # concurrent requests are served by that pool without growing it.
+    want = threads or 8
+    m = mounter(store_dir, extra=("--threads", str(threads)) if threads else ())
+    os.stat(m.path)  # INIT answered: the pool is running
+    deadline = time.monotonic() + 5  # each thread names itself as it starts
+    while _thread_names(m.proc.pid).count("ntfs-fuse-wk") < want and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _thread_names(m.proc.pid).count("ntfs-fuse-wk") == want
+    data = {k: os.urandom(50000 + k) for k in range(16)}
+
+    def write(k):
+        with open(os.path.join(m.path, f"c{k}"), "wb") as f:
+            f.write(data[k])
+            f.flush()
+            os.fsync(f.fileno())
+
+    with concurrent.futures.ThreadPoolExecutor(16) as ex:
+        list(ex.map(write, data))
+    for k, v in data.items():
+        with open(os.path.join(m.path, f"c{k}"), "rb") as f:
+            assert f.read() == v
+    assert _thread_names(m.proc.pid).count("ntfs-fuse-wk") == want
     m.stop()
 
 
