@@ -21,12 +21,13 @@
 /* Serves se on nthreads (1..FUSEPOOL_MAX) threads named name (at most 15
  * bytes), all started at once with SIGTERM, SIGINT, SIGHUP and SIGQUIT
  * blocked (the caller's threads take the signals); returns when every one
- * has ended. The connection's end (unmount, abort) ends them all; a read
- * that fails otherwise ends the session (fuse_session_exit) and cancels
- * the other threads at their next wait for a request, as libfuse's loop
- * does: a request being served is finished first. Returns 0, -EINVAL for
- * a bad count, or the negative errno of pthread_create when not one
- * thread could start; when only some could, the session runs on those. */
+ * has ended. A thread ends when the connection does (unmount, abort) or a
+ * read from it fails otherwise, and then ends the session
+ * (fuse_session_exit); the first to end cancels the others at their wait
+ * for a request, as libfuse's loop does (a request being served is
+ * finished first). Returns 0, -EINVAL for a bad count, or the negative
+ * errno of pthread_create when not one thread could start; when only some
+ * could, the session runs on those. */
 int fusepool_run(struct fuse_session *se, unsigned nthreads, const char *name);
 
 #endif

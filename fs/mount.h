@@ -3,10 +3,10 @@
  * POSIX filesystem through the FUSE low-level API (libfuse 3.14).
  *
  * One ntfs_mount is one FUSE session at one mountpoint, served by a pool of
- * worker threads of its own, all started at mount (fs/fusepool.h). Every request maps to one
- * ntfs_ws_* call (fs/store.h); the only state kept here is the kernel's
- * lookup counts and the (parent, name) entries it was told about, so that a
- * rollback can invalidate exactly what the kernel caches. docs/mount.md says
+ * worker threads of its own, all started at mount (fs/fusepool.h). Every
+ * request maps to one ntfs_ws_* call (fs/store.h); the only state kept here
+ * is the kernel's lookup counts and the (parent, name) entries it was told
+ * about, so that a rollback can invalidate exactly what the kernel caches. docs/mount.md says
  * which FUSE options are used and why.
  *
  * Lifecycle and ownership:

@@ -19,8 +19,8 @@
 #   floor      tools/fusefloor, the FUSE floor (FLOOR_OPTS adds -o options)
 #   floorsame  the floor with the ntfs mount's FUSE options (default_permissions,
 #              nocreate, 86,400 s timeouts, killpriv2, noautoinval, 1 MiB
-#              read-ahead, 8 workers started at mount): the floor issue 3 holds ntfs to ("the same FUSE
-#              options")
+#              read-ahead, 8 workers started at mount): the floor issue 3
+#              holds ntfs to ("the same FUSE options")
 #   ntfs-async the same with NTFS_DATA_WRITES=thread: data file writes queued
 #              to a writer thread, not made in the request (fs/wswrite.c; not
 #              in the default list)

@@ -29,7 +29,9 @@
  *                    more whenever all are busy, up to max_threads) instead
  *                    of max_threads workers started at mount, as the ntfs
  *                    mount has (fs/fusepool.h); max_threads is libfuse's
- *                    option (-o max_threads=N, default 10)
+ *                    option (-o max_threads=N, default 10, at most 256
+ *                    without growpool); libfuse's clone_fd and
+ *                    max_idle_threads apply only with growpool
  *   prealloc=MIB     fault in MIB of data blocks before mounting, so that
  *                    first-touch page clearing is not timed (default 0)
  *   stats=PATH       at exit, write one "OPCODE COUNT NS" line per request type
@@ -1579,6 +1581,10 @@ int main(int argc, char *argv[]) {
         if (cmd.show_version) {
                 fuse_lowlevel_version();
                 ret = 0;
+                goto out_args;
+        }
+        if (!F.growpool && !cmd.singlethread && (cmd.max_threads < 1 || cmd.max_threads > FUSEPOOL_MAX)) {
+                fprintf(stderr, "fusefloor: max_threads is 1..%d\n", FUSEPOOL_MAX);
                 goto out_args;
         }
         if (!(F.timeout >= 0 && F.timeout <= 86400 * 365)) {

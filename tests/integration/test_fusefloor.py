@@ -294,3 +294,14 @@ def test_worker_pool(tmp_path, growpool):
             assert names.count("fusefloor-wk") == 4, names
         (mnt / "f").write_bytes(b"x" * 1000)
         assert (mnt / "f").read_bytes() == b"x" * 1000
+
+
+def test_worker_pool_bound(tmp_path):
+    """More workers than the pool takes is refused before mounting."""
+    if not os.path.exists(FLOOR):
+        pytest.skip("no fusefloor at %s" % FLOOR)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run([FLOOR, str(mnt), "-f", "-o", "max_threads=300"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "max_threads is 1..256" in r.stderr, r
+    assert not _mounted(str(mnt))
