@@ -6,8 +6,8 @@
  * worker threads of its own, all started at mount (fs/fusepool.h). Every
  * request maps to one ntfs_ws_* call (fs/store.h); the only state kept here
  * is the kernel's lookup counts and the (parent, name) entries it was told
- * about, so that a rollback can invalidate exactly what the kernel caches. docs/mount.md says
- * which FUSE options are used and why.
+ * about, so that a rollback can invalidate exactly what the kernel caches.
+ * docs/mount.md says which FUSE options are used and why.
  *
  * Lifecycle and ownership:
  *   ntfs_mount_start(ws, opts, &m)   mounts; returns once the kernel's INIT
