@@ -430,6 +430,24 @@ def test_statfs(mnt):
     assert sv.f_namemax == 255
 
 
+def test_blksize_big_for_files_small_for_directories(mnt):
+    """A regular file advertises the 64 KiB chunk, so buffered writers
+    (stdio, Python) send 64 KiB WRITEs; a directory advertises 4 KiB like
+    ext4, so glibc's opendir keeps its 32 KiB buffer instead of a 64 KiB
+    one per directory read (docs/mount.md)."""
+    d = os.path.join(mnt.path, "bs")
+    os.mkdir(d)
+    f = os.path.join(d, "f")
+    with open(f, "wb") as fh:
+        assert fh.raw._blksize == 65536  # Python sizes its buffer by st_blksize
+        fh.write(b"x")
+    os.symlink("f", os.path.join(d, "l"))
+    assert os.stat(f).st_blksize == 65536
+    assert os.stat(d).st_blksize == 4096
+    assert os.stat(mnt.path).st_blksize == 4096
+    assert os.lstat(os.path.join(d, "l")).st_blksize == 4096
+
+
 def _bdi_read_ahead_kb(path):
     dev = os.stat(path).st_dev
     with open(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb") as f:
