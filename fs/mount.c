@@ -60,7 +60,7 @@
  * malloc grow and trim its heap (650 brk calls and ~1,950 page faults
  * per status of the benchmark's tree, against 421 and ~1,620) for no
  * fewer getdents calls. */
-#define MOUNT_BLKSIZE 65536
+#define MOUNT_BLKSIZE NTFS_CHUNK_SIZE
 #define MOUNT_BLKSIZE_OTHER 4096
 #define MOUNT_INIT_TIMEOUT_S 10
 #define MOUNT_XATTR_MAX 65536
