@@ -804,8 +804,10 @@ int wsid_reclaim_all(ntfs_store *st, uint64_t *ret_count) {
                 int rc = mdb_cursor_open(st->txn, st->dead, &cur);
                 if (rc)
                         return lmdb_err(rc);
-                MDB_val k, v;
-                rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+                uint8_t first[8];
+                ntfs_put_be64(first, 1); /* past the keeper (put_keepers) */
+                MDB_val k = { 8, first }, v;
+                rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
                 uint8_t key[8];
                 if (rc == 0 && k.mv_size == 8)
                         memcpy(key, k.mv_data, 8);
@@ -880,6 +882,30 @@ static int open_dbs(ntfs_store *st) {
                 return db_put(st, st->meta, "format", 6, &f, 4);
         }
         return f == NTFS_STORE_LAYOUT ? 0 : -NTFS_EBADFORMAT;
+}
+
+/* Each database whose records all come and go (hard-link groups, orphans,
+ * materialized xattrs, dead working states) holds one record that is never
+ * deleted, with a key of wsid 0, which no working state has. LMDB 0.9
+ * frees an emptied database's root page but still writes it at the
+ * commit, and the next record takes a new page: git's link-then-unlink of
+ * every object it writes emptied lmap and dlink each time, and 60-75% of
+ * the pages the batches of a `git add` wrote were such empty leaves
+ * (docs/store.md, "Databases never emptied"). Scans of these databases
+ * start from a working state's prefix, or past wsid 0 (wsid_reclaim_all). */
+static int put_keepers(ntfs_store *st) {
+        static const uint8_t zero[16];
+        const struct {
+                MDB_dbi dbi;
+                size_t klen;
+        } keep[] = { { st->lmap, 16 }, { st->dlink, 16 }, { st->orph, 16 }, { st->xattr, 16 }, { st->dead, 8 } };
+        for (size_t i = 0; i < ARRAY_SIZE(keep); i++) {
+                MDB_val k = { keep[i].klen, (void *)zero }, v = { 0, (void *)zero };
+                int rc = mdb_put(st->txn, keep[i].dbi, &k, &v, MDB_NOOVERWRITE);
+                if (rc && rc != MDB_KEYEXIST)
+                        return lmdb_err(rc);
+        }
+        return 0;
 }
 
 /* Views are ephemeral: any left by a crashed process are retired. */
@@ -1006,6 +1032,8 @@ int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_st
         r = txn_begin(st);
         if (r == 0)
                 r = open_dbs(st);
+        if (r == 0)
+                r = put_keepers(st);
         if (r == 0)
                 r = retire_stale_views(st);
         if (r == 0)
