@@ -889,7 +889,7 @@ static int open_dbs(ntfs_store *st) {
  * deleted, with a key of wsid 0, which no working state has. LMDB 0.9
  * frees an emptied database's root page but still writes it at the
  * commit, and the next record takes a new page: git's link-then-unlink of
- * every object it writes emptied lmap and dlink each time, and 60-75% of
+ * every object it writes emptied lmap and dlink each time, and 60-80% of
  * the pages the batches of a `git add` wrote were such empty leaves
  * (docs/store.md, "Databases never emptied"). Scans of these databases
  * start from a working state's prefix, or past wsid 0 (wsid_reclaim_all). */
