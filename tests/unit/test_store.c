@@ -689,13 +689,8 @@ static size_t last_txnid(ntfs_store *st) {
  * freed root page at the commit, and took a new one for the next record,
  * two written and freed pages per object. */
 TEST(link_unlink_cycles_write_no_freed_pages) {
-        fresh_dir();
         ntfs_store *st;
-        struct ntfs_store_opts o = { .initial_map_bytes = 64ull << 20, .no_flusher = true };
-        ASSERT_OK(ntfs_store_open(tmpdir, &o, &st));
-        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
-        ntfs_ws *ws;
-        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        ntfs_ws *ws = quiet_session(&st);
         struct ntfs_attr d, l;
         ASSERT_OK(ntfs_ws_mkdir(ws, NTFS_ROOT_INO, "objects", 0755, 0, 0, &d));
         ASSERT_OK(ntfs_store_flush(st, true));
@@ -733,11 +728,8 @@ TEST(link_unlink_cycles_write_no_freed_pages) {
  * for a working state's: dead working states are reclaimed around them,
  * and they outlive a reopen. */
 TEST(keeper_records_survive_reclaim) {
-        fresh_dir();
-        ntfs_store *st = open_store();
-        ASSERT_OK(ntfs_session_create(st, "s", NULL, NULL));
-        ntfs_ws *ws;
-        ASSERT_OK(ntfs_ws_open(st, "s", &ws));
+        ntfs_store *st;
+        ntfs_ws *ws = session_opened(&st, &(struct ntfs_store_opts){ .initial_map_bytes = 64ull << 20 });
         mkfile(ws, NTFS_ROOT_INO, "a", "one");
         ntfs_hash h;
         bool ch;
