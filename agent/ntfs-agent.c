@@ -32,7 +32,7 @@
 #include "common/cleanup.h"
 #include "common/err.h"
 #include "common/util.h"
-#include "ctl/client.h"
+#include "ctl/client/client.h"
 #include "common/banned.h"
 
 #define EXIT_DONE 0

@@ -30,7 +30,7 @@
 #include "common/cleanup.h"
 #include "common/err.h"
 #include "common/util.h"
-#include "ctl/client.h"
+#include "ctl/client/client.h"
 #include "common/banned.h"
 
 extern char **environ;

@@ -33,7 +33,7 @@
 #include "common/cleanup.h"
 #include "common/err.h"
 #include "common/util.h"
-#include "ctl/client.h"
+#include "ctl/client/client.h"
 #include "common/banned.h"
 
 #define CTL_VERSION "0.1.0"

@@ -6,7 +6,7 @@
  * An MCP client (Claude Code, Codex, any agent) starts this program and
  * speaks JSON-RPC 2.0 to it, one message per line on stdin/stdout
  * (docs/mcp.md). Every tool is one or two requests to ntfsd's control socket
- * (ctl/client.h), so an MCP call is journaled, policed and checkpointed
+ * (ctl/client/client.h), so an MCP call is journaled, policed and checkpointed
  * exactly like the same call through the socket. Nothing but protocol
  * messages goes to stdout; diagnostics go to stderr.
  *
@@ -44,7 +44,7 @@
 #include "common/cleanup.h"
 #include "common/err.h"
 #include "common/util.h"
-#include "ctl/client.h"
+#include "ctl/client/client.h"
 #include "common/banned.h"
 
 #define MCP_VERSION "0.1.0"

@@ -44,7 +44,7 @@
 
 #include "common/cleanup.h"
 #include "common/util.h"
-#include "ctl/client.h"
+#include "ctl/client/client.h"
 #include "common/banned.h"
 
 #define NNAMES 8                /* name slots: 6 in the root, 2 in d/ */

@@ -12,7 +12,7 @@
 #include "common/cleanup.h"
 #include "common/err.h"
 #include "common/util.h"
-#include "ctl/client.h"
+#include "ctl/client/client.h"
 #include "ctl/http.h"
 #include "ctl/jsonutil.h"
 #include "ctl/router.h"

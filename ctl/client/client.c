@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-#include "ctl/client.h"
+#include "ctl/client/client.h"
 
 #include <curl/curl.h>
 #include <errno.h>

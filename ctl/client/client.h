@@ -15,8 +15,8 @@
  * libcurl's global init happens on first use (curl_global_init is called
  * once, thread-safely).
  */
-#ifndef NTFS_CTL_CLIENT_H
-#define NTFS_CTL_CLIENT_H
+#ifndef NTFS_CTL_CLIENT_CLIENT_H
+#define NTFS_CTL_CLIENT_CLIENT_H
 
 #include <jansson.h>
 #include <stddef.h>
