@@ -31,7 +31,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "ctl/tarball.h"
+#include "fs/sync/tarball.h"
 #include "ctl/daemon.h"
 #include "ctl/jsonutil.h"
 #include "common/banned.h"

@@ -28,8 +28,8 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "ctl/daemon.h"
-#include "ctl/merge.h"
-#include "ctl/remote.h"
+#include "fs/sync/merge.h"
+#include "fs/sync/remote.h"
 #include "common/banned.h"
 
 #define MAX_REMOTES 32

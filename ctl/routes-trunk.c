@@ -4,7 +4,7 @@
  * A trunk is a named line of workspace versions kept in the journal
  * (version 1, 2, ... each naming a commit). A fork is a session started from
  * one trunk version; committing it fast-forwards the trunk when the trunk has
- * not moved, or three-way merges (ctl/merge.c) base, trunk head and fork.
+ * not moved, or three-way merges (fs/sync/merge.c) base, trunk head and fork.
  * A conflict commits nothing and marks the fork `conflicted`.
  *
  * Serialization: commits run under one mutex of this module and advance the
@@ -28,7 +28,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "ctl/daemon.h"
-#include "ctl/merge.h"
+#include "fs/sync/merge.h"
 #include "common/banned.h"
 
 #define DEFAULT_TRUNK "trunk"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * import.c — the tree builder (store.h, "the tree builder"): a commit made
- * straight from a stream of entries, for bulk import (ctl/archive.c).
+ * straight from a stream of entries, for bulk import (fs/sync/archive.c).
  *
  * The directory structure is kept in memory: per directory an open
  * addressing table of (name hash, name) -> node, per node the attributes

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * objects-io.c — raw object export/import (store.h, "raw objects"): what a
- * transport (ctl/remote.c) needs to copy objects between stores by hash.
+ * transport (fs/sync/remote.c) needs to copy objects between stores by hash.
  */
 #include <errno.h>
 #include <stdlib.h>

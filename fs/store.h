@@ -427,7 +427,7 @@ int ntfs_object_walk(ntfs_store *st, const ntfs_hash *commit,
 /* ==== tree walk and tree builder (fs/treewalk.c, fs/import.c) ============
  *
  * Direct access to a commit's objects for bulk export and import (archives,
- * ctl/archive.c): no working state, no inode records, nothing written by a
+ * fs/sync/archive.c): no working state, no inode records, nothing written by a
  * walk. docs/store.md ("Bulk export and import") has the design.
  */
 

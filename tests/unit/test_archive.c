@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT
- * test_archive.c — ctl/archive.c on a real store: a tree with every kind of
+ * test_archive.c — fs/sync/archive.c on a real store: a tree with every kind of
  * entry goes out and back in identically (and out again byte for byte), and
  * hostile archives are refused with their error and leave no session.
  */
@@ -15,7 +15,7 @@
 
 #include "common/cleanup.h"
 #include "common/err.h"
-#include "ctl/tarball.h"
+#include "fs/sync/tarball.h"
 #include "fs/store.h"
 #include "tests/unit/tap.h"
 #include "common/banned.h"

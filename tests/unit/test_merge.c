@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * Unit tests of merge commits (ntfs_checkpoint_merge, fs/store.h) and of the
- * three-way merge built on the public store API (ctl/merge.h).
+ * three-way merge built on the public store API (fs/sync/merge.h).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -11,7 +11,7 @@
 
 #include "common/cleanup.h"
 #include "common/err.h"
-#include "ctl/merge.h"
+#include "fs/sync/merge.h"
 #include "fs/store.h"
 #include "tests/unit/tap.h"
 #include "common/banned.h"

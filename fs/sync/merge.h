@@ -28,8 +28,8 @@
  *
  * Not thread-safe for one scratch name; distinct names may merge at once.
  */
-#ifndef NTFS_CTL_MERGE_H
-#define NTFS_CTL_MERGE_H
+#ifndef NTFS_FS_SYNC_MERGE_H
+#define NTFS_FS_SYNC_MERGE_H
 
 #include <stdbool.h>
 #include <stddef.h>

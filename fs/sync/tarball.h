@@ -49,8 +49,8 @@
  * written to why (NUL-terminated, never NULL when whylen > 0). Nothing here
  * prints or exits.
  */
-#ifndef NTFS_CTL_ARCHIVE_H
-#define NTFS_CTL_ARCHIVE_H
+#ifndef NTFS_FS_SYNC_TARBALL_H
+#define NTFS_FS_SYNC_TARBALL_H
 
 #include <stdbool.h>
 #include <stddef.h>

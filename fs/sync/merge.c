@@ -20,7 +20,7 @@
 #include "common/cleanup.h"
 #include "common/err.h"
 #include "common/util.h"
-#include "ctl/merge.h"
+#include "fs/sync/merge.h"
 #include "common/banned.h"
 
 #define MAX_DEPTH 1024

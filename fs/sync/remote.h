@@ -23,8 +23,8 @@
  * run uploads on up to NTFS_REMOTE_PARALLEL threads. Nothing here prints;
  * errors come with a message in msg. The secret is never put in msg.
  */
-#ifndef NTFS_CTL_REMOTE_H
-#define NTFS_CTL_REMOTE_H
+#ifndef NTFS_FS_SYNC_REMOTE_H
+#define NTFS_FS_SYNC_REMOTE_H
 
 #include <stdbool.h>
 #include <stdint.h>

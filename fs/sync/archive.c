@@ -23,7 +23,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "ctl/tarball.h"
+#include "fs/sync/tarball.h"
 #include "common/banned.h"
 
 #define OUT_BUF (256u * 1024)         /* archive bytes handed to the sink per call */

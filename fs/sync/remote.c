@@ -20,7 +20,7 @@
 #include "common/err.h"
 #include "common/fault.h"
 #include "common/util.h"
-#include "ctl/remote.h"
+#include "fs/sync/remote.h"
 #include "common/banned.h"
 
 #define PACK_MAGIC "NTFSPAK1"

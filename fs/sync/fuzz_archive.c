@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * fuzz_archive.c — libFuzzer target: arbitrary bytes as an archive given to
- * ntfs_archive_import() (ctl/tarball.h), i.e. libarchive's readers plus our
+ * ntfs_archive_import() (fs/sync/tarball.h), i.e. libarchive's readers plus our
  * entry handling (paths, links, symlinks, xattrs, limits). Invariants
  * (abort on violation):
  *   - import returns 0 or one of the documented errors, with a message;
@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
-#include "ctl/tarball.h"
+#include "fs/sync/tarball.h"
 #include "fs/store.h"
 #include "common/banned.h"
 
