@@ -152,9 +152,9 @@ void d_conn_free(void *ud, void *data);
 int d_run_fetch(const char *session, const char *url, const char *key, json_t **ret, char *why, size_t whylen)
         __attribute__((weak));
 
-/* The egress proxy of one jailed run (ctl/egress.c, docs/gateway.md): a Unix
- * socket the jail relays 127.0.0.1:NTFS_EGRESS_PORT to; each connection is
- * journaled in session at step, under parent_effect. *ret_path is borrowed
+/* The egress proxy of one jailed run (ctl/egress-run.c over policy/egress.h,
+ * docs/gateway.md): a Unix socket the jail relays 127.0.0.1:NTFS_EGRESS_PORT
+ * to; each connection is journaled in session at step, under parent_effect. *ret_path is borrowed
  * from the run; d_egress_run_end() (after the jail) cuts what is left. */
 #define NTFS_EGRESS_PORT 3128
 struct d_egress_run;

@@ -3,7 +3,7 @@
  * "Egress proxy").
  *
  * One proxy per jailed run of a tool whose policy says `egress = true`:
- * d_egress_run_begin() binds a Unix socket STORE/egress/E.sock (E: the
+ * ntfs_egress_start() binds a Unix socket STORE/egress/E.sock (E: the
  * run's effect id, mode 0600) and starts its accept thread; ntfs-jail
  * relays 127.0.0.1:PORT inside the jail to it (--proxy-socket). Each
  * connection gets a thread that reads one request head and either
@@ -14,9 +14,10 @@
  * allow_ports, and every address actually connected to outside the
  * private/loopback/link-local ranges unless the host is in private_hosts.
  * A refusal is a 403 from the proxy. Every connection, allowed or refused,
- * is an effect row of the run's session (tool "egress", irreversible, at
- * the run's step). No credential is added (the tunnel is end to end).
- * d_egress_run_end() stops accepting, cuts the connections still open and
+ * is recorded through the caller's recorder (the daemon makes it an effect
+ * row of the run's session: ctl/egress-run.c). No credential is added (the
+ * tunnel is end to end).
+ * ntfs_egress_stop() stops accepting, cuts the connections still open and
  * waits for their threads.
  */
 #include <arpa/inet.h>
@@ -43,7 +44,8 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "ctl/daemon.h"
+#include "policy/egress.h"
+#include "policy/gateway.h"
 #include "common/banned.h"
 
 #define HEAD_MAX (16 * 1024)          /* request line + headers */
@@ -53,15 +55,15 @@
 #define MAX_CONNS 64                  /* per run */
 
 struct conn {
-        struct d_egress_run *run;
+        struct ntfs_egress *run;
         int client, upstream;
         struct conn *next;
 };
 
-struct d_egress_run {
-        char *session;
-        int64_t parent; /* the effect id of the jailed call */
-        uint64_t step;
+struct ntfs_egress {
+        char *label;
+        const ntfs_policy *pol;
+        struct ntfs_egress_recorder rec;
         char *path;
         int lfd;
         int stop_pipe[2];
@@ -211,8 +213,8 @@ static const char *find_header(const char *head, size_t len, const char *name, s
 /* Resolves host and connects to the first address the rules allow.
  * Returns the socket, or a negative error with why filled:
  * -NTFS_EDENIED (every address restricted), -NTFS_EUPSTREAM. */
-static int connect_upstream(const char *host, unsigned port, char *addr_out, size_t addrlen, char *why,
-                            size_t whylen) {
+static int connect_upstream(const ntfs_policy *pol, const char *host, unsigned port, char *addr_out,
+                            size_t addrlen, char *why, size_t whylen) {
         char ps[8];
         snprintf(ps, sizeof ps, "%u", port);
         struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res = NULL;
@@ -221,7 +223,7 @@ static int connect_upstream(const char *host, unsigned port, char *addr_out, siz
                 snprintf(why, whylen, "cannot resolve host '%s': %s", host, gai_strerror(g));
                 return -NTFS_EUPSTREAM;
         }
-        bool private_ok = ntfs_policy_private_allowed(D.pol, host);
+        bool private_ok = ntfs_policy_private_allowed(pol, host);
         bool tried = false;
         char denied[INET6_ADDRSTRLEN] = "";
         snprintf(why, whylen, "cannot connect to '%s' port %u", host, port);
@@ -309,42 +311,20 @@ static void relay(int a, int b, uint64_t *up, uint64_t *down) {
 
 /* ---- one connection ------------------------------------------------------------------------ */
 
-static void journal_finish(int64_t id, bool ok, json_t *result, const char *reason) {
-        if (id <= 0)
-                return;
-        _cleanup_free_ char *s = result ? json_dumps(result, JSON_COMPACT) : NULL;
-        int r = ntfs_journal_effect_finish(D.j, id, ok ? NTFS_EFFECT_DONE : NTFS_EFFECT_FAILED, s, NULL, reason);
-        if (r < 0)
-                log_warn("egress: journal finish of effect %" PRId64 ": %s", id, ntfs_strerror(r));
+static void record_finish(struct ntfs_egress *run, int64_t id, bool ok, json_t *result, const char *reason) {
+        if (id > 0)
+                run->rec.finish(run->rec.ctx, id, ok, result, reason);
 }
 
-static int64_t journal_begin(struct d_egress_run *run, const char *method, const char *host, unsigned port) {
+static int64_t record_begin(struct ntfs_egress *run, const char *method, const char *host, unsigned port) {
         pthread_mutex_lock(&run->lock);
         unsigned n = ++run->seq;
         pthread_mutex_unlock(&run->lock);
-        char key[96];
-        snprintf(key, sizeof key, "egress-%" PRId64 "-%u", run->parent, n);
-        json_t *in = json_pack("{s:s, s:s, s:i, s:I}", "method", method, "host", host, "port", (int)port,
-                               "parent_effect", (json_int_t)run->parent);
-        _cleanup_free_ char *ins = in ? json_dumps(in, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-        json_decref(in);
-        if (!ins)
-                return -ENOMEM;
-        struct ntfs_effect_intent it = { .session = run->session, .step = run->step, .tool = "egress",
-                                         .effect_class = "irreversible", .input_json = ins,
-                                         .idempotency_key = key };
-        struct ntfs_effect eff = { 0 };
-        bool existing = false;
-        int r = ntfs_journal_effect_begin(D.j, &it, &eff, &existing);
-        int64_t id = r < 0 ? r : eff.id;
-        ntfs_effect_release(&eff);
-        if (r < 0)
-                log_warn("egress: journal begin: %s", ntfs_strerror(r));
-        return id;
+        return run->rec.begin(run->rec.ctx, n, method, host, port);
 }
 
 static void handle(struct conn *c) {
-        struct d_egress_run *run = c->run;
+        struct ntfs_egress *run = c->run;
         int fd = c->client;
         _cleanup_free_ char *buf = malloc(HEAD_MAX);
         if (!buf)
@@ -410,10 +390,10 @@ static void handle(struct conn *c) {
                 unsigned hp = 0;
                 if (!hv || split_hostport(hv, hvl, 80, hh, sizeof hh, &hp) < 0 || strcmp(hh, host) != 0 ||
                     hp != port) {
-                        int64_t id = journal_begin(run, method, host, port);
+                        int64_t id = record_begin(run, method, host, port);
                         snprintf(why, sizeof why, "Host header does not match the URL's host '%s'", host);
                         json_t *res = json_pack("{s:i, s:s}", "status", 403, "refused", why);
-                        journal_finish(id, false, res, why);
+                        record_finish(run, id, false, res, why);
                         json_decref(res);
                         char msg[600];
                         snprintf(msg, sizeof msg, "ntfs egress: %s", why);
@@ -421,32 +401,32 @@ static void handle(struct conn *c) {
                         return;
                 }
         }
-        int64_t id = journal_begin(run, method, host, port);
+        int64_t id = record_begin(run, method, host, port);
         int64_t t0 = ntfs_mono_ns();
         int err = 0;
-        if (!ntfs_policy_host_allowed(D.pol, host)) {
+        if (!ntfs_policy_host_allowed(run->pol, host)) {
                 snprintf(why, sizeof why, "host '%s' not in fetch.allow_hosts", host);
                 err = -NTFS_EDENIED;
-        } else if (!ntfs_policy_port_allowed(D.pol, port)) {
+        } else if (!ntfs_policy_port_allowed(run->pol, port)) {
                 snprintf(why, sizeof why, "port %u of host '%s' not in fetch.allow_ports", port, host);
                 err = -NTFS_EDENIED;
         }
         char addr[INET6_ADDRSTRLEN] = "";
         int up = -1;
         if (!err) {
-                up = connect_upstream(host, port, addr, sizeof addr, why, sizeof why);
+                up = connect_upstream(run->pol, host, port, addr, sizeof addr, why, sizeof why);
                 if (up < 0)
                         err = up;
         }
         if (err) {
                 status = err == -NTFS_EDENIED ? 403 : 502;
                 json_t *res = json_pack("{s:i, s:s}", "status", status, "refused", why);
-                journal_finish(id, false, res, why);
+                record_finish(run, id, false, res, why);
                 json_decref(res);
                 char msg[600];
                 snprintf(msg, sizeof msg, "ntfs egress: %s", why);
                 reply_status(fd, status, status == 403 ? "Forbidden" : "Bad Gateway", msg);
-                log_info("egress %s: %s %s:%u refused: %s", run->session, method, host, port, why);
+                log_info("egress %s: %s %s:%u refused: %s", run->label, method, host, port, why);
                 return;
         }
         pthread_mutex_lock(&run->lock);
@@ -511,15 +491,15 @@ static void handle(struct conn *c) {
         json_t *res = json_pack("{s:s, s:s, s:I, s:I, s:I}", "mode", tunnel ? "tunnel" : "forward", "address", addr,
                                 "bytes_up", (json_int_t)bytes_up, "bytes_down", (json_int_t)bytes_down,
                                 "duration_ms", (json_int_t)((ntfs_mono_ns() - t0) / 1000000));
-        journal_finish(id, wr == 0, res, wr == 0 ? NULL : "write to the host failed");
+        record_finish(run, id, wr == 0, res, wr == 0 ? NULL : "write to the host failed");
         json_decref(res);
-        log_debug("egress %s: %s %s:%u via %s, %" PRIu64 " up, %" PRIu64 " down", run->session, method, host, port,
+        log_debug("egress %s: %s %s:%u via %s, %" PRIu64 " up, %" PRIu64 " down", run->label, method, host, port,
                   addr, bytes_up, bytes_down);
 }
 
 static void *conn_main(void *arg) {
         struct conn *c = arg;
-        struct d_egress_run *run = c->run;
+        struct ntfs_egress *run = c->run;
         handle(c);
         pthread_mutex_lock(&run->lock);
         for (struct conn **p = &run->conns; *p; p = &(*p)->next)
@@ -536,7 +516,7 @@ static void *conn_main(void *arg) {
 }
 
 static void *accept_main(void *arg) {
-        struct d_egress_run *run = arg;
+        struct ntfs_egress *run = arg;
         for (;;) {
                 struct pollfd pf[2] = { { run->lfd, POLLIN, 0 }, { run->stop_pipe[0], POLLIN, 0 } };
                 int pr = poll(pf, 2, -1);
@@ -586,7 +566,7 @@ static void *accept_main(void *arg) {
 
 /* ---- the run ---------------------------------------------------------------------------- */
 
-void d_egress_run_end(struct d_egress_run *run) {
+void ntfs_egress_stop(struct ntfs_egress *run) {
         if (!run)
                 return;
         if (run->acceptor_started) {
@@ -615,31 +595,30 @@ void d_egress_run_end(struct d_egress_run *run) {
         pthread_mutex_destroy(&run->lock);
         pthread_cond_destroy(&run->idle);
         free(run->path);
-        free(run->session);
+        free(run->label);
         free(run);
 }
 
-int d_egress_run_begin(const char *session, int64_t parent_effect, uint64_t step, struct d_egress_run **ret,
-                       const char **ret_path) {
-        struct d_egress_run *run = calloc(1, sizeof *run);
+int ntfs_egress_start(const struct ntfs_egress_cfg *cfg, struct ntfs_egress **ret, const char **ret_path) {
+        struct ntfs_egress *run = calloc(1, sizeof *run);
         if (!run)
                 return -ENOMEM;
         run->lfd = run->stop_pipe[0] = run->stop_pipe[1] = -1;
         pthread_mutex_init(&run->lock, NULL);
         pthread_cond_init(&run->idle, NULL);
-        run->parent = parent_effect;
-        run->step = step;
-        run->session = strdup(session);
-        char dir[PATH_MAX], path[PATH_MAX];
-        snprintf(dir, sizeof dir, "%s/egress", D.store_dir);
+        run->pol = cfg->pol;
+        run->rec = cfg->rec;
+        run->label = strdup(cfg->label);
+        const char *dir = cfg->dir;
+        char path[PATH_MAX];
         int r = 0;
         if (mkdir(dir, 0700) < 0 && errno != EEXIST)
                 r = -errno;
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        int n = snprintf(path, sizeof path, "%s/%" PRId64 ".sock", dir, parent_effect);
+        int n = snprintf(path, sizeof path, "%s/%" PRId64 ".sock", dir, cfg->id);
         if (r == 0 && (n < 0 || (size_t)n >= sizeof sa.sun_path))
                 r = -ENAMETOOLONG;
-        if (r == 0 && (!run->session || !(run->path = strdup(path))))
+        if (r == 0 && (!run->label || !(run->path = strdup(path))))
                 r = -ENOMEM;
         if (r == 0 && pipe2(run->stop_pipe, O_CLOEXEC) < 0)
                 r = -errno;
@@ -664,7 +643,7 @@ int d_egress_run_begin(const char *session, int64_t parent_effect, uint64_t step
                         run->acceptor_started = true;
         }
         if (r < 0) {
-                d_egress_run_end(run);
+                ntfs_egress_stop(run);
                 return r;
         }
         *ret = run;
