@@ -355,7 +355,7 @@ static int run_tool(const char *session, const char *tool, const char *command, 
                                                            ? (uint64_t)(timeout_s * 1000)
                                                            : timeout_ms,
                                      .output_limit = (size_t)out_limit };
-        /* The egress proxy, when the policy gives it to this tool (ctl/egress.c). */
+        /* The egress proxy, when the policy gives it to this tool (ctl/egress-run.c, policy/egress.c). */
         struct d_egress_run *egress = NULL;
         if (spec->egress) {
                 r = d_egress_run_begin ? d_egress_run_begin(session, eff.id, eff.step, &egress, &js.proxy_socket)
