@@ -70,6 +70,40 @@ int ntfs_unhex(const char *in, uint8_t *out, size_t len) {
         return in[2 * len] == 0 ? 0 : -EINVAL;
 }
 
+/* Whether s[0..n) is well-formed UTF-8 (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF). */
+static bool utf8_valid(const unsigned char *s, size_t n) {
+        for (size_t i = 0; i < n;) {
+                unsigned char c = s[i];
+                size_t len;
+                uint32_t cp;
+                if (c < 0x80) {
+                        i++;
+                        continue;
+                } else if (c >= 0xc2 && c <= 0xdf) {
+                        len = 2, cp = c & 0x1f;
+                } else if (c >= 0xe0 && c <= 0xef) {
+                        len = 3, cp = c & 0x0f;
+                } else if (c >= 0xf0 && c <= 0xf4) {
+                        len = 4, cp = c & 0x07;
+                } else {
+                        return false;
+                }
+                if (n - i < len)
+                        return false;
+                for (size_t k = 1; k < len; k++) {
+                        if ((s[i + k] & 0xc0) != 0x80)
+                                return false;
+                        cp = cp << 6 | (s[i + k] & 0x3f);
+                }
+                if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+                    (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+                        return false;
+                i += len;
+        }
+        return true;
+}
+
 bool ntfs_name_valid(const char *s) {
         if (!s)
                 return false;
@@ -85,7 +119,7 @@ bool ntfs_name_valid(const char *s) {
                 if (c < 0x20 || c == 0x7f || c == '/' || c == '@' || c == ':')
                         return false;
         }
-        return true;
+        return utf8_valid((const unsigned char *)s, n);
 }
 
 int64_t ntfs_now_ns(void) {

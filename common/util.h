@@ -21,8 +21,9 @@ int ntfs_hexval(char c);
 /* Parses exactly 2*len hex digits; -EINVAL otherwise. */
 int ntfs_unhex(const char *in, uint8_t *out, size_t len);
 
-/* A valid name for a session, tag, trunk or remote: 1..255 bytes, no '/',
- * not "." or "..", no control characters or spaces at either end, no NUL. */
+/* A valid name for a session, tag, trunk or remote: 1..255 bytes of
+ * well-formed UTF-8 (names travel in JSON), no '/', '@' or ':', not "." or
+ * "..", no control characters, no space at either end, no '-' first. */
 bool ntfs_name_valid(const char *s);
 
 /* Nanoseconds since the epoch (CLOCK_REALTIME) and monotonic. */

@@ -660,6 +660,19 @@ int ntfs_http_stream_write(ntfs_http_stream *out, const void *buf, size_t len) {
         return r < 0 ? r : 0;
 }
 
+/* Every %XX of the query is two hex digits and none is %00. */
+static bool query_encoding_valid(const char *q) {
+        for (; *q; q++) {
+                if (*q != '%')
+                        continue;
+                int hi = ntfs_hexval(q[1]), lo = hi < 0 ? -1 : ntfs_hexval(q[2]);
+                if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
+                        return false;
+                q += 2;
+        }
+        return true;
+}
+
 static void send_error(ntfs_http_conn *c, int status, const char *code, const char *msg) {
         ntfs_http_response resp = { 0 };
         json_t *j = error_body(code, msg);
@@ -722,6 +735,12 @@ static int conn_dispatch(ntfs_http_conn *c) {
         }
         if (ntfs_http_percent_decode(url, ulen, path, ulen + 1, false) < 0) {
                 send_error(c, 400, "bad_request", "malformed percent-encoding in the path");
+                return 1;
+        }
+        /* The query is checked whole, here, so that no handler can take a
+         * parameter it cannot decode (%zz, %00) for an absent one. */
+        if (!query_encoding_valid(query)) {
+                send_error(c, 400, "bad_request", "malformed percent-encoding (or %00) in the query");
                 return 1;
         }
 

@@ -21,6 +21,14 @@ TEST(names) {
         ASSERT(!ntfs_name_valid("a\nb"));
         ASSERT(!ntfs_name_valid("a\x7f"));
         ASSERT(!ntfs_name_valid("-rf"));
+        /* names travel in JSON: well-formed UTF-8 only */
+        ASSERT(ntfs_name_valid("caf\xc3\xa9"));          /* café */
+        ASSERT(ntfs_name_valid("\xe6\x97\xa5\xf0\x9f\x8c\xb1")); /* U+65E5 U+1F331 */
+        ASSERT(!ntfs_name_valid("\xff"));
+        ASSERT(!ntfs_name_valid("a\xc3"));                /* cut short */
+        ASSERT(!ntfs_name_valid("\xc0\xaf"));            /* overlong '/' */
+        ASSERT(!ntfs_name_valid("\xed\xa0\x80"));       /* a surrogate */
+        ASSERT(!ntfs_name_valid("\xf4\x90\x80\x80"));  /* above U+10FFFF */
         char big[300];
         memset(big, 'a', sizeof big - 1);
         big[sizeof big - 1] = 0;
