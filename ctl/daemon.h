@@ -76,6 +76,9 @@ const char *d_jstr(const json_t *o, const char *k);
 int d_check_keys(const ntfs_http_request *req, ntfs_http_response *resp, const char *const *allowed);
 int d_want_string(const ntfs_http_request *req, ntfs_http_response *resp, const char *key, bool required,
                   const char **ret);
+/* The optional "idempotency_key": NULL when absent; 400 bad_request unless
+ * 1..NTFS_JOURNAL_MAX_KEY bytes (the journal's bound, said before it is asked). */
+int d_want_key(const ntfs_http_request *req, ntfs_http_response *resp, const char **ret);
 int d_session_info_json(const struct ntfs_session_info *si, json_t **ret);
 json_t *d_mounts_json(void);
 

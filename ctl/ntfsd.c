@@ -85,6 +85,17 @@ int d_want_string(const ntfs_http_request *req, ntfs_http_response *resp, const 
         return 0;
 }
 
+int d_want_key(const ntfs_http_request *req, ntfs_http_response *resp, const char **ret) {
+        int r = d_want_string(req, resp, "idempotency_key", false, ret);
+        if (r < 0 || !*ret)
+                return r;
+        size_t n = strnlen(*ret, NTFS_JOURNAL_MAX_KEY + 1);
+        if (n == 0 || n > NTFS_JOURNAL_MAX_KEY)
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "field 'idempotency_key' must be 1 to %d bytes",
+                                       NTFS_JOURNAL_MAX_KEY);
+        return 0;
+}
+
 int d_session_info_json(const struct ntfs_session_info *si, json_t **ret) {
         json_t *o = d_commit_json(&si->head, "head");
         if (!o)

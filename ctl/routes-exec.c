@@ -513,7 +513,7 @@ static int h_exec(void *ud, const ntfs_http_request *req, ntfs_http_response *re
         int r;
         if ((r = d_check_keys(req, resp, keys)) < 0 || (r = d_want_string(req, resp, "command", true, &cmd)) < 0 ||
             (r = d_want_string(req, resp, "tool", false, &tool)) < 0 ||
-            (r = d_want_string(req, resp, "idempotency_key", false, &key)) < 0 ||
+            (r = d_want_key(req, resp, &key)) < 0 ||
             (r = d_want_string(req, resp, "cancel_token", false, &token)) < 0)
                 return r;
         json_t *t = json_object_get(req->json, "timeout");

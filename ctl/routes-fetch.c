@@ -194,7 +194,7 @@ static int h_fetch(void *ud, const ntfs_http_request *req, ntfs_http_response *r
         int r;
         if ((r = d_check_keys(req, resp, keys)) < 0 || (r = d_want_string(req, resp, "url", true, &url)) < 0 ||
             (r = d_want_string(req, resp, "method", false, &method)) < 0 ||
-            (r = d_want_string(req, resp, "idempotency_key", false, &key)) < 0)
+            (r = d_want_key(req, resp, &key)) < 0)
                 return r;
         char why[768] = "";
         json_t *res = NULL;
@@ -346,7 +346,7 @@ static int llm_handle(const char *session, const ntfs_http_request *req, ntfs_ht
         const char *key, *sid;
         int r;
         if ((r = d_check_keys(req, resp, llm_keys)) < 0 ||
-            (r = d_want_string(req, resp, "idempotency_key", false, &key)) < 0 ||
+            (r = d_want_key(req, resp, &key)) < 0 ||
             (r = d_want_string(req, resp, "session_id", false, &sid)) < 0)
                 return r;
         if (!json_is_object(req->json))

@@ -268,8 +268,10 @@ static int h_rollback(void *ud, const ntfs_http_request *req, ntfs_http_response
         if ((to != NULL) == (sj != NULL))
                 return ntfs_http_error(resp, -NTFS_EBADREQ, "give exactly one of 'to' and 'steps'");
         json_int_t steps = sj ? json_integer_value(sj) : 0;
-        if (steps < 0 || steps > 1000000)
-                return ntfs_http_error(resp, -NTFS_EBADREQ, "'steps' must be between 0 and 1000000");
+        /* 0 would only drop the work since the last checkpoint: refused,
+         * as protocol.md says (N >= 1). */
+        if (sj && (steps < 1 || steps > 1000000))
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "'steps' must be between 1 and 1000000");
         d_flush_session_mounts(name);
         ntfs_hash h;
         r = ntfs_rollback(D.st, name, to, (int)steps, &h);

@@ -331,6 +331,23 @@ def test_checkpoint_tag_log_diff_rollback(daemon, scratch):
     daemon.healthy()
 
 
+def test_rollback_of_zero_steps_keeps_the_work(daemon, scratch):
+    """{"steps": 0} would only drop the work since the last checkpoint; it is
+    refused (protocol.md: N >= 1) and the file written since is still there."""
+    daemon.ok("session", "new", "keep")
+    mp = mkdir(scratch, "keep")
+    daemon.ok("mount", "keep", mp)
+    try:
+        write(f"{mp}/draft.txt", "not checkpointed yet\n")
+        h = daemon.http("POST", "/v1/sessions/keep/rollback", {"steps": 0})
+        assert h.status == 400 and h.code == "bad_request" and "between 1 and" in h.json["error"]["message"]
+        assert read(f"{mp}/draft.txt") == "not checkpointed yet\n"
+        assert daemon.http("GET", "/v1/sessions/keep").json["dirty"] is True
+    finally:
+        daemon.ok("umount", mp)
+    daemon.healthy()
+
+
 def test_fork_mounts_quota_gc_fsck(daemon, scratch):
     daemon.ok("session", "new", "src")
     mp = mkdir(scratch, "src")
@@ -474,6 +491,14 @@ BAD_REQUESTS = [
     ("POST", "/v1/sessions/main/rollback", b'{}', 400, "bad_request"),
     ("POST", "/v1/sessions/main/rollback", b'{"steps":"1"}', 400, "bad_request"),
     ("POST", "/v1/sessions/main/rollback", b'{"steps":99}', 409, "rollback_floor"),
+    ("POST", "/v1/sessions/main/rollback", b'{"steps":0}', 400, "bad_request"),
+    ("POST", "/v1/sessions/main/rollback", b'{"steps":-1}', 400, "bad_request"),
+    ("GET", "/v1/sessions/%ff", None, 400, "invalid_name"),
+    ("GET", "/v1/sessions/a%c3", None, 400, "invalid_name"),
+    ("POST", "/v1/sessions", b'{"name":"\\u00ff\\udc80"}', 400, None),
+    ("GET", "/v1/sessions/main/diff?from=t0&to=t0%00", None, 400, "bad_request"),
+    ("GET", "/v1/sessions/main/diff?from=t0%zz", None, 400, "bad_request"),
+    ("GET", "/v1/sessions/main/log?max=1%4", None, 400, "bad_request"),
     ("GET", "/v1/sessions/main/diff", None, 400, "bad_request"),
     ("GET", "/v1/sessions/main/diff?from=nope", None, 404, "ref_not_found"),
     ("GET", "/v1/sessions/main/log?max=abc", None, 400, "bad_request"),
@@ -487,6 +512,10 @@ BAD_REQUESTS = [
     ("POST", "/v1/mounts/unmount", b'{"mountpoint":"/not/mounted"}', 404, "not_found"),
     ("POST", "/v1/sessions/main/exec", b'{"command":["ls"]}', 400, "bad_request"),
     ("POST", "/v1/sessions/main/exec", b'{"command":"true","tool":"nosuch"}', None, None),
+    ("POST", "/v1/sessions/main/exec", b'{"command":"true","idempotency_key":""}', 400, "bad_request"),
+    ("POST", "/v1/sessions/main/exec", b'{"command":"true","idempotency_key":"' + b"k" * 256 + b'"}', 400,
+     "bad_request"),
+    ("POST", "/v1/sessions/main/fetch", b'{"url":"http://127.0.0.1:9/","idempotency_key":""}', 400, "bad_request"),
     ("GET", "/v1/nope", None, 404, "not_found"),
     ("DELETE", "/v1/status", None, 405, "method_not_allowed"),
     ("POST", "/tool/execute", b'{"tool_input":{}}', 400, "bad_request"),
