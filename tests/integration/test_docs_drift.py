@@ -7,11 +7,11 @@ test_ctl.py::test_cli_md_matches_help).
 - routes: the patterns the daemon registers (the "METHOD /path" string
   literals of every C file outside tests/ that calls ntfs_router_add; the
   fuzzers' toy routers aside) are exactly the routes of docs/protocol.md's
-  "Route index"; every route the page names anywhere (headings, tables,
-  prose) is one of them; and a running ntfsd serves each documented route:
-  asked with a method nobody registers (OPTIONS), it answers 405 and its
-  Allow header names the documented method (the routes of a per-session
-  socket are asked on such a socket).
+  "Route index"; every route that page or docs/mcp.md names anywhere
+  (headings, tables, prose) is one of them; and a running ntfsd serves each
+  route of the index: asked with a method nobody registers (OPTIONS), it
+  answers 405 and its Allow header names the documented method (the
+  catch-all routes of a per-session socket are asked on such a socket).
 - MCP tools: the names a running ntfs-mcp answers to tools/list are exactly
   the rows of docs/mcp.md's "Tools" table, and each row names every argument
   of its tool's input schema.
@@ -184,6 +184,17 @@ def test_every_route_named_in_protocol_md_exists(protocol):
     assert index_routes(protocol) <= named
     unknown = sorted(named - code)
     assert not unknown, "docs/protocol.md names routes that no C file registers:\n  " + "\n  ".join(unknown)
+
+
+def test_routes_named_in_mcp_md_exist():
+    """The daemon requests docs/mcp.md says each tool makes (NAME standing
+    for the session, {name} in the pattern) are registered routes."""
+    code = set(code_routes())
+    named = {r.replace("/NAME/", "/{name}/").replace("/NAME", "/{name}")
+             for r in doc_routes(read(os.path.join(DOCS, "mcp.md")))}
+    assert named, "docs/mcp.md names no route"
+    unknown = sorted(named - code)
+    assert not unknown, "docs/mcp.md names routes that no C file registers:\n  " + "\n  ".join(unknown)
 
 
 def concrete(pattern_path):
