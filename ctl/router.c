@@ -81,6 +81,15 @@ static bool route_same_shape(const struct route *a, const struct route *b) {
         return true;
 }
 
+int ntfs_router_add_table(ntfs_router *r, const struct ntfs_route *routes, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                int e = ntfs_router_add(r, routes[i].pattern, routes[i].handler, routes[i].flags);
+                if (e < 0)
+                        return e;
+        }
+        return 0;
+}
+
 int ntfs_router_add(ntfs_router *r, const char *pattern, ntfs_http_handler handler, unsigned flags) {
         if (!r || !pattern || !handler)
                 return -EINVAL;

@@ -50,6 +50,17 @@ void ntfs_router_free(ntfs_router *r);
  * when the same method and shape is already registered. */
 int ntfs_router_add(ntfs_router *r, const char *pattern, ntfs_http_handler handler, unsigned flags);
 
+/* One row of a route table: "METHOD /pattern", its handler, NTFS_ROUTE_*
+ * flags. Each routes file keeps its routes in one such table, so the file's
+ * interface can be read in one place. */
+struct ntfs_route {
+        const char *pattern;
+        ntfs_http_handler handler;
+        unsigned flags;
+};
+/* Adds the n routes in order; stops at the first error and returns it. */
+int ntfs_router_add_table(ntfs_router *r, const struct ntfs_route *routes, size_t n);
+
 /* Looks up method + raw_path (percent-encoded, no query).
  *   0                 match filled in
  *   -NTFS_ENOTFOUND   no route has this path (404)

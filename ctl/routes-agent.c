@@ -147,10 +147,9 @@ static int h_step_session(void *ud, const ntfs_http_request *req, ntfs_http_resp
 }
 
 int routes_agent_register(ntfs_router *rt) {
-        int r;
-        if ((r = ntfs_router_add(rt, "POST /step", h_step_seed, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "POST /v1/sessions/{name}/step", h_step_session, 0)) < 0)
-                return r;
-        return 0;
+        static const struct ntfs_route routes[] = {
+                { "POST /step", h_step_seed, 0 },
+                { "POST /v1/sessions/{name}/step", h_step_session, 0 },
+        };
+        return ntfs_router_add_table(rt, routes, ARRAY_SIZE(routes));
 }

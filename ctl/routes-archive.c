@@ -527,11 +527,7 @@ int routes_archive_register(ntfs_router *rt) {
                 log_info("ended %d interrupted import(s)", r);
         else if (r < 0)
                 log_warn("cannot end interrupted imports: %s", ntfs_strerror(r));
-        static const struct {
-                const char *pattern;
-                ntfs_http_handler fn;
-                unsigned flags;
-        } routes[] = {
+        static const struct ntfs_route routes[] = {
                 { "GET /v1/sessions/{name}/export", h_export, 0 },
                 { "POST /v1/sessions/{name}/import", h_import, NTFS_ROUTE_RAW_BODY },
                 { "GET /v1/archive/progress/{id}", h_progress, 0 },
@@ -540,8 +536,5 @@ int routes_archive_register(ntfs_router *rt) {
                 { "POST /snapshot/take", h_seed_snapshot_take, 0 },
                 { "GET /snapshot/list", h_seed_snapshot_list, 0 },
         };
-        for (size_t i = 0; i < ARRAY_SIZE(routes); i++)
-                if ((r = ntfs_router_add(rt, routes[i].pattern, routes[i].fn, routes[i].flags)) < 0)
-                        return r;
-        return 0;
+        return ntfs_router_add_table(rt, routes, ARRAY_SIZE(routes));
 }

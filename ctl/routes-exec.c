@@ -559,12 +559,10 @@ static int h_effects(void *ud, const ntfs_http_request *req, ntfs_http_response 
 }
 
 int routes_exec_register(ntfs_router *rt) {
-        int r;
-        if ((r = ntfs_router_add(rt, "POST /v1/sessions/{name}/exec", h_exec, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "POST /v1/sessions/{name}/exec/cancel", h_exec_cancel, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "GET /v1/sessions/{name}/effects", h_effects, 0)) < 0)
-                return r;
-        return 0;
+        static const struct ntfs_route routes[] = {
+                { "POST /v1/sessions/{name}/exec", h_exec, 0 },
+                { "POST /v1/sessions/{name}/exec/cancel", h_exec_cancel, 0 },
+                { "GET /v1/sessions/{name}/effects", h_effects, 0 },
+        };
+        return ntfs_router_add_table(rt, routes, ARRAY_SIZE(routes));
 }

@@ -377,12 +377,10 @@ static int h_llm_session(void *ud, const ntfs_http_request *req, ntfs_http_respo
 }
 
 int routes_fetch_register(ntfs_router *rt) {
-        int r;
-        if ((r = ntfs_router_add(rt, "POST /v1/sessions/{name}/fetch", h_fetch, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "POST /llm/generate", h_llm_seed, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "POST /v1/sessions/{name}/llm", h_llm_session, 0)) < 0)
-                return r;
-        return 0;
+        static const struct ntfs_route routes[] = {
+                { "POST /v1/sessions/{name}/fetch", h_fetch, 0 },
+                { "POST /llm/generate", h_llm_seed, 0 },
+                { "POST /v1/sessions/{name}/llm", h_llm_session, 0 },
+        };
+        return ntfs_router_add_table(rt, routes, ARRAY_SIZE(routes));
 }

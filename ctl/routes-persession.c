@@ -213,10 +213,9 @@ void d_persession_close(const char *session) {
 }
 
 int routes_persession_register(ntfs_router *rt) {
-        int r;
-        if ((r = ntfs_router_add(rt, "POST /v1/sessions/{name}/socket", h_open, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "DELETE /v1/sessions/{name}/socket", h_close, 0)) < 0)
-                return r;
-        return 0;
+        static const struct ntfs_route routes[] = {
+                { "POST /v1/sessions/{name}/socket", h_open, 0 },
+                { "DELETE /v1/sessions/{name}/socket", h_close, 0 },
+        };
+        return ntfs_router_add_table(rt, routes, ARRAY_SIZE(routes));
 }

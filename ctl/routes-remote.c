@@ -640,22 +640,16 @@ int routes_remote_register(ntfs_router *rt) {
                 log_warn("remote: cannot read remotes.json: %s", ntfs_strerror(r));
         update_secrets();
         pthread_mutex_unlock(&rlock);
-        static const struct {
-                const char *pattern;
-                ntfs_http_handler h;
-        } routes[] = {
-                { "POST /v1/remotes", h_add },
-                { "GET /v1/remotes", h_list },
-                { "DELETE /v1/remotes/{name}", h_del },
-                { "POST /v1/sessions/{name}/push", h_push },
-                { "POST /v1/sessions/{name}/pull", h_pull },
-                { "POST /v1/clone", h_clone },
-                { "GET /v1/remotes/{name}/tags", h_tags },
-                { "POST /v1/remotes/{name}/prune", h_prune },
-                { "GET /v1/transfers/{id}", h_progress },
+        static const struct ntfs_route routes[] = {
+                { "POST /v1/remotes", h_add, 0 },
+                { "GET /v1/remotes", h_list, 0 },
+                { "DELETE /v1/remotes/{name}", h_del, 0 },
+                { "POST /v1/sessions/{name}/push", h_push, 0 },
+                { "POST /v1/sessions/{name}/pull", h_pull, 0 },
+                { "POST /v1/clone", h_clone, 0 },
+                { "GET /v1/remotes/{name}/tags", h_tags, 0 },
+                { "POST /v1/remotes/{name}/prune", h_prune, 0 },
+                { "GET /v1/transfers/{id}", h_progress, 0 },
         };
-        for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-                if ((r = ntfs_router_add(rt, routes[i].pattern, routes[i].h, 0)) < 0)
-                        return r;
-        return 0;
+        return ntfs_router_add_table(rt, routes, ARRAY_SIZE(routes));
 }

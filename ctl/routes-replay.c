@@ -396,14 +396,11 @@ static int h_replay(void *ud, const ntfs_http_request *req, ntfs_http_response *
 }
 
 int routes_replay_register(ntfs_router *rt) {
-        int r;
-        if ((r = ntfs_router_add(rt, "POST /session/revive", h_revive, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "POST /v1/sessions/{name}/resume", h_resume, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "POST /v1/sessions/{name}/state", h_state, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "POST /v1/sessions/{name}/replay", h_replay, 0)) < 0)
-                return r;
-        return 0;
+        static const struct ntfs_route routes[] = {
+                { "POST /session/revive", h_revive, 0 },
+                { "POST /v1/sessions/{name}/resume", h_resume, 0 },
+                { "POST /v1/sessions/{name}/state", h_state, 0 },
+                { "POST /v1/sessions/{name}/replay", h_replay, 0 },
+        };
+        return ntfs_router_add_table(rt, routes, ARRAY_SIZE(routes));
 }

@@ -123,12 +123,10 @@ static int h_seed_tool(void *ud, const ntfs_http_request *req, ntfs_http_respons
 }
 
 int routes_seed_register(ntfs_router *rt) {
-        int r;
-        if ((r = ntfs_router_add(rt, "POST /session/start", h_seed_start, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "POST /session/end", h_seed_end, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "POST /tool/execute", h_seed_tool, 0)) < 0)
-                return r;
-        return 0;
+        static const struct ntfs_route routes[] = {
+                { "POST /session/start", h_seed_start, 0 },
+                { "POST /session/end", h_seed_end, 0 },
+                { "POST /tool/execute", h_seed_tool, 0 },
+        };
+        return ntfs_router_add_table(rt, routes, ARRAY_SIZE(routes));
 }

@@ -473,44 +473,26 @@ static int h_fsck(void *ud, const ntfs_http_request *req, ntfs_http_response *re
 }
 
 int routes_store_register(ntfs_router *rt) {
-        int r;
-        if ((r = ntfs_router_add(rt, "GET /v1/status", h_status, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "GET /health", h_health, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "POST /v1/sessions", h_session_new, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "GET /v1/sessions", h_session_ls, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "GET /v1/sessions/{name}", h_session_get, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "DELETE /v1/sessions/{name}", h_session_end, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "POST /v1/sessions/{name}/checkpoint", h_checkpoint, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "POST /v1/sessions/{name}/fork", h_fork, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "POST /v1/sessions/{name}/tags", h_tag, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "GET /v1/tags", h_tags, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "POST /v1/sessions/{name}/rollback", h_rollback, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "GET /v1/sessions/{name}/log", h_log, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "GET /v1/sessions/{name}/diff", h_diff, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "PUT /v1/sessions/{name}/quota", h_quota, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "POST /v1/mounts", h_mount, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "GET /v1/mounts", h_mounts, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "POST /v1/mounts/unmount", h_unmount, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "POST /v1/gc", h_gc, 0)) < 0)
-                return r;
-        if ((r = ntfs_router_add(rt, "POST /v1/fsck", h_fsck, 0)) < 0)
-                return r;
-        return 0;
+        static const struct ntfs_route routes[] = {
+                { "GET /v1/status", h_status, 0 },
+                { "GET /health", h_health, 0 },
+                { "POST /v1/sessions", h_session_new, 0 },
+                { "GET /v1/sessions", h_session_ls, 0 },
+                { "GET /v1/sessions/{name}", h_session_get, 0 },
+                { "DELETE /v1/sessions/{name}", h_session_end, 0 },
+                { "POST /v1/sessions/{name}/checkpoint", h_checkpoint, 0 },
+                { "POST /v1/sessions/{name}/fork", h_fork, 0 },
+                { "POST /v1/sessions/{name}/tags", h_tag, 0 },
+                { "GET /v1/tags", h_tags, 0 },
+                { "POST /v1/sessions/{name}/rollback", h_rollback, 0 },
+                { "GET /v1/sessions/{name}/log", h_log, 0 },
+                { "GET /v1/sessions/{name}/diff", h_diff, 0 },
+                { "PUT /v1/sessions/{name}/quota", h_quota, 0 },
+                { "POST /v1/mounts", h_mount, 0 },
+                { "GET /v1/mounts", h_mounts, 0 },
+                { "POST /v1/mounts/unmount", h_unmount, 0 },
+                { "POST /v1/gc", h_gc, 0 },
+                { "POST /v1/fsck", h_fsck, 0 },
+        };
+        return ntfs_router_add_table(rt, routes, ARRAY_SIZE(routes));
 }

@@ -705,29 +705,21 @@ int routes_trunk_register(ntfs_router *rt) {
         /* scratch sessions of merges interrupted by a crash: nothing refers to them */
         if (D.st)
                 (void)ntfs_session_list(D.st, drop_scratch, NULL);
-        static const struct {
-                const char *pattern;
-                ntfs_http_handler h;
-        } routes[] = {
-                { "POST /v1/trunks", h_init },
-                { "GET /v1/trunks", h_list },
-                { "GET /v1/trunks/{name}", h_status },
-                { "POST /v1/trunks/{name}/forks", h_fork },
-                { "POST /v1/trunks/{name}/forks/{session}/commit", h_commit },
-                { "POST /v1/trunks/{name}/forks/{session}/abort", h_abort },
-                { "GET /v1/forks/{session}", h_fork_get },
-                { "POST /v1/forks/{session}/commit", h_commit },
-                { "POST /v1/forks/{session}/abort", h_abort },
-                { "POST /trunk/init", h_seed_init },
-                { "POST /trunk/fork", h_seed_fork },
-                { "POST /trunk/commit", h_seed_commit },
-                { "POST /trunk/abort", h_seed_abort },
-                { "GET /trunk/status", h_seed_status },
+        static const struct ntfs_route routes[] = {
+                { "POST /v1/trunks", h_init, 0 },
+                { "GET /v1/trunks", h_list, 0 },
+                { "GET /v1/trunks/{name}", h_status, 0 },
+                { "POST /v1/trunks/{name}/forks", h_fork, 0 },
+                { "POST /v1/trunks/{name}/forks/{session}/commit", h_commit, 0 },
+                { "POST /v1/trunks/{name}/forks/{session}/abort", h_abort, 0 },
+                { "GET /v1/forks/{session}", h_fork_get, 0 },
+                { "POST /v1/forks/{session}/commit", h_commit, 0 },
+                { "POST /v1/forks/{session}/abort", h_abort, 0 },
+                { "POST /trunk/init", h_seed_init, 0 },
+                { "POST /trunk/fork", h_seed_fork, 0 },
+                { "POST /trunk/commit", h_seed_commit, 0 },
+                { "POST /trunk/abort", h_seed_abort, 0 },
+                { "GET /trunk/status", h_seed_status, 0 },
         };
-        for (size_t i = 0; i < ARRAY_SIZE(routes); i++) {
-                int r = ntfs_router_add(rt, routes[i].pattern, routes[i].h, 0);
-                if (r < 0)
-                        return r;
-        }
-        return 0;
+        return ntfs_router_add_table(rt, routes, ARRAY_SIZE(routes));
 }

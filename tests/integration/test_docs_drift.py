@@ -134,7 +134,7 @@ def code_routes():
         if os.path.basename(path).startswith("fuzz"):
             continue  # a fuzzer's toy router, not the daemon's
         code, strings = c_split(read(path))
-        if not re.search(r"\bntfs_router_add\s*\(", code) or re.search(r"\bint\s+ntfs_router_add\s*\(", code):
+        if not re.search(r"\bntfs_router_add(_table)?\s*\(", code) or re.search(r"\bint\s+ntfs_router_add\s*\(", code):
             continue  # not a caller, or the router itself
         callers.append(os.path.relpath(path, ROOT))
         for s in strings:

@@ -46,6 +46,30 @@ TEST(patterns_rejected) {
         ntfs_router_free(NULL);
 }
 
+TEST(tables) {
+        ntfs_router *x;
+        ASSERT_OK(ntfs_router_new(&x));
+        static const struct ntfs_route good[] = {
+                { "GET /t/{a}", h1, 0 },
+                { "POST /t/{a}", h2, NTFS_ROUTE_RAW_BODY },
+        };
+        ASSERT_OK(ntfs_router_add_table(x, good, 2));
+        struct ntfs_route_match tm;
+        ASSERT_OK(ntfs_router_lookup(x, "POST", "/t/z", &tm, NULL, 0));
+        ASSERT(tm.handler == h2 && tm.flags == NTFS_ROUTE_RAW_BODY);
+        /* the first bad row stops the table: the rows after it are not added */
+        static const struct ntfs_route bad[] = {
+                { "GET /u", h1, 0 },
+                { "GET /t/{b}", h3, 0 }, /* same shape as GET /t/{a} */
+                { "GET /v", h1, 0 },
+        };
+        ASSERT_ERR(ntfs_router_add_table(x, bad, 3), -EEXIST);
+        ASSERT_OK(ntfs_router_lookup(x, "GET", "/u", &tm, NULL, 0));
+        ASSERT_ERR(ntfs_router_lookup(x, "GET", "/v", &tm, NULL, 0), -NTFS_ENOTFOUND);
+        ASSERT_OK(ntfs_router_add_table(x, NULL, 0));
+        ntfs_router_free(x);
+}
+
 TEST(lookup) {
         char allow[64];
         ASSERT_OK(ntfs_router_lookup(r, "POST", "/v1/sessions/main/checkpoint", &m, allow, sizeof allow));
@@ -121,6 +145,7 @@ int main(void) {
             ntfs_router_add(r, "GET /", h3, 0) < 0)
                 return 1;
         RUN(patterns_rejected);
+        RUN(tables);
         RUN(lookup);
         RUN(not_found_vs_not_allowed);
         RUN(bounds);
