@@ -37,6 +37,15 @@ struct dmount {
         struct dmount *next;
 };
 
+/* A mount in the making (mountpoint set) or a session being ended
+ * (mountpoint NULL): held in D.claims under D.lock, so that mount, unmount
+ * and session end are serialized per mountpoint and per session. */
+struct dclaim {
+        char *mountpoint;
+        char *session;
+        struct dclaim *next;
+};
+
 struct shell_state {
         char *session;
         char *state;
@@ -49,8 +58,10 @@ struct daemon {
         ntfs_policy *pol;
         ntfs_gateway *gw;
         char *store_dir, *socket_path, *jail_bin;
-        pthread_mutex_t lock; /* mounts, shell states */
+        pthread_mutex_t lock; /* mounts, claims, shell states */
         struct dmount *mounts;
+        struct dclaim *claims;
+        pthread_cond_t claims_cv; /* a claim ended */
         struct shell_state *shells;
         pthread_t auto_thread;
         bool stopping;
@@ -89,6 +100,13 @@ int d_mount_add(const char *session, const char *at, const char *mp, bool ro, bo
                 double maxi, struct dmount **ret);
 struct dmount *d_mount_take(const char *mp);
 void d_unmount_session(const char *session);
+/* Session end, serialized with mounts: d_session_end_begin() waits for the
+ * mounts of session in the making, and until d_session_end_done() every new
+ * mount of it answers session_not_found. */
+void d_session_end_begin(const char *session);
+void d_session_end_done(const char *session);
+/* Shutdown: no new mount starts; waits for those in the making. */
+void d_mounts_close(void);
 /* A read-write mount of session for the jail (made under the store if none). */
 int d_session_mountpoint(const char *session, char **ret);
 void d_flush_session_mounts(const char *session);

@@ -147,8 +147,114 @@ int d_mount_stop(struct dmount *m) {
         return r;
 }
 
+/* ---- claims: mount and session end serialized per mountpoint and session --- */
+/* Every function here is called with D.lock held. */
+
+/* The claim of a mount in the making at mountpoint. */
+static struct dclaim *claim_at(const char *mountpoint) {
+        for (struct dclaim *c = D.claims; c; c = c->next)
+                if (c->mountpoint && strcmp(c->mountpoint, mountpoint) == 0)
+                        return c;
+        return NULL;
+}
+
+/* The claim of session's end. */
+static struct dclaim *claim_ending(const char *session) {
+        for (struct dclaim *c = D.claims; c; c = c->next)
+                if (!c->mountpoint && strcmp(c->session, session) == 0)
+                        return c;
+        return NULL;
+}
+
+static bool claim_mounting(const char *session) {
+        for (struct dclaim *c = D.claims; c; c = c->next)
+                if (c->mountpoint && c->session && strcmp(c->session, session) == 0)
+                        return true;
+        return false;
+}
+
+static int claim_add(const char *mountpoint, const char *session, struct dclaim **ret) {
+        struct dclaim *c = calloc(1, sizeof *c);
+        if (!c)
+                return -ENOMEM;
+        if ((mountpoint && !(c->mountpoint = strdup(mountpoint))) || (session && !(c->session = strdup(session)))) {
+                free(c->mountpoint);
+                free(c);
+                return -ENOMEM;
+        }
+        c->next = D.claims;
+        D.claims = c;
+        *ret = c;
+        return 0;
+}
+
+static void claim_drop(struct dclaim *gone) {
+        for (struct dclaim **p = &D.claims; *p; p = &(*p)->next)
+                if (*p == gone) {
+                        *p = gone->next;
+                        free(gone->mountpoint);
+                        free(gone->session);
+                        free(gone);
+                        break;
+                }
+        pthread_cond_broadcast(&D.claims_cv);
+}
+
+void d_session_end_begin(const char *session) {
+        struct dclaim *c;
+        pthread_mutex_lock(&D.lock);
+        /* another end of the same session first; and the claim is never
+         * skipped (out of memory: wait and try again) */
+        while (claim_ending(session) || claim_add(NULL, session, &c) < 0)
+                if (claim_ending(session))
+                        pthread_cond_wait(&D.claims_cv, &D.lock);
+                else {
+                        pthread_mutex_unlock(&D.lock);
+                        usleep(10000);
+                        pthread_mutex_lock(&D.lock);
+                }
+        while (claim_mounting(session))
+                pthread_cond_wait(&D.claims_cv, &D.lock);
+        pthread_mutex_unlock(&D.lock);
+}
+
+void d_session_end_done(const char *session) {
+        pthread_mutex_lock(&D.lock);
+        claim_drop(claim_ending(session));
+        pthread_mutex_unlock(&D.lock);
+}
+
+void d_mounts_close(void) {
+        pthread_mutex_lock(&D.lock);
+        D.stopping = true;
+        while (D.claims)
+                pthread_cond_wait(&D.claims_cv, &D.lock);
+        pthread_mutex_unlock(&D.lock);
+}
+
+/* Claims real for a mount of session (NULL: a view of a ref): 0 with *ret,
+ * or already_mounted (mounted or being mounted there), session_not_found
+ * (the session is being ended), busy (the daemon is shutting down). */
+static int mount_claim(const char *real, const char *session, struct dclaim **ret) {
+        int r = 0;
+        pthread_mutex_lock(&D.lock);
+        for (struct dmount *o = D.mounts; o && r == 0; o = o->next)
+                if (strcmp(o->mountpoint, real) == 0)
+                        r = -NTFS_EMOUNTED;
+        if (r == 0 && claim_at(real))
+                r = -NTFS_EMOUNTED;
+        else if (r == 0 && session && claim_ending(session))
+                r = -NTFS_ENOSESSION;
+        else if (r == 0 && D.stopping)
+                r = -EBUSY;
+        if (r == 0)
+                r = claim_add(real, session, ret);
+        pthread_mutex_unlock(&D.lock);
+        return r;
+}
+
 int d_mount_add(const char *session, const char *at, const char *mp, bool ro, bool internal, double idle,
-                     double maxi, struct dmount **ret) {
+                double maxi, struct dmount **ret) {
         _cleanup_free_ struct dmount *m = calloc(1, sizeof *m);
         if (!m)
                 return -ENOMEM;
@@ -156,28 +262,19 @@ int d_mount_add(const char *session, const char *at, const char *mp, bool ro, bo
         if (!real)
                 return -errno;
         m->mountpoint = real;
-        pthread_mutex_lock(&D.lock);
-        for (struct dmount *o = D.mounts; o; o = o->next)
-                if (strcmp(o->mountpoint, real) == 0) {
-                        pthread_mutex_unlock(&D.lock);
-                        free(real);
-                        return -NTFS_EMOUNTED;
-                }
-        pthread_mutex_unlock(&D.lock);
-        int r;
-        if (at || (ro && !session))
-                r = ntfs_ws_open_view(D.st, at ? at : session, &m->ws);
-        else
-                r = ntfs_ws_open(D.st, session, &m->ws);
+        struct dclaim *claim;
+        int r = mount_claim(real, at ? NULL : session, &claim);
         if (r < 0) {
                 free(real);
                 return r;
         }
-        m->session = session && !at ? strdup(session) : NULL;
-        if (session && !at && !m->session) {
+        if (at || (ro && !session))
+                r = ntfs_ws_open_view(D.st, at ? at : session, &m->ws);
+        else
+                r = ntfs_ws_open(D.st, session, &m->ws);
+        if (r == 0 && session && !at && !(m->session = strdup(session))) {
                 ntfs_ws_close(m->ws);
-                free(real);
-                return -ENOMEM;
+                r = -ENOMEM;
         }
         struct ntfs_mount_opts o;
         ntfs_mount_opts_init(&o);
@@ -188,23 +285,31 @@ int d_mount_add(const char *session, const char *at, const char *mp, bool ro, bo
                 o.on_fsync = d_ext_fsync;
                 o.on_fsync_ud = m;
         }
-        r = ntfs_mount_start(m->ws, &o, &m->m);
-        if (r < 0) {
+        if (r == 0 && (r = ntfs_mount_start(m->ws, &o, &m->m)) < 0) {
                 ntfs_ws_close(m->ws);
                 free(m->session);
+        }
+        if (r == 0) {
+                m->at = at ? strdup(at) : NULL;
+                m->ro = o.read_only;
+                m->internal = internal;
+                m->auto_idle = idle;
+                m->auto_max = maxi;
+                m->last_change_ns = m->last_ckpt_ns = ntfs_mono_ns();
+        }
+        /* the claim ends as the mount enters the list: no moment where
+         * neither holds the mountpoint */
+        pthread_mutex_lock(&D.lock);
+        claim_drop(claim);
+        if (r == 0) {
+                m->next = D.mounts;
+                D.mounts = m;
+        }
+        pthread_mutex_unlock(&D.lock);
+        if (r < 0) {
                 free(real);
                 return r;
         }
-        m->at = at ? strdup(at) : NULL;
-        m->ro = o.read_only;
-        m->internal = internal;
-        m->auto_idle = idle;
-        m->auto_max = maxi;
-        m->last_change_ns = m->last_ckpt_ns = ntfs_mono_ns();
-        pthread_mutex_lock(&D.lock);
-        m->next = D.mounts;
-        D.mounts = m;
-        pthread_mutex_unlock(&D.lock);
         log_info("mounted %s%s%s at %s%s", session ? session : "", at ? "@" : "", at ? at : "", real,
                  m->ro ? " (read-only)" : "");
         if (ret)
@@ -509,6 +614,7 @@ int main(int argc, char **argv) {
         D.jail_bin = jail ? strdup(jail) : find_jail(argv[0]);
         (void)ntfs_jail_probe(&D.caps);
         pthread_mutex_init(&D.lock, NULL);
+        pthread_cond_init(&D.claims_cv, NULL);
 
         if (sock && *sock)
                 D.socket_path = strdup(sock);
@@ -559,9 +665,7 @@ int main(int argc, char **argv) {
                 d_persession_close(NULL);
         if (d_extra_stop)
                 d_extra_stop();
-        pthread_mutex_lock(&D.lock);
-        D.stopping = true;
-        pthread_mutex_unlock(&D.lock);
+        d_mounts_close(); /* no mount starts any more; those in the making are done */
         pthread_join(D.auto_thread, NULL);
         for (;;) {
                 pthread_mutex_lock(&D.lock);
@@ -591,6 +695,7 @@ int main(int argc, char **argv) {
         free(D.store_dir);
         free(D.jail_bin);
         pthread_mutex_destroy(&D.lock);
+        pthread_cond_destroy(&D.claims_cv);
         log_info("stopped");
         return 0;
 }

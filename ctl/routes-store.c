@@ -160,8 +160,10 @@ static int h_session_end(void *ud, const ntfs_http_request *req, ntfs_http_respo
                 return ntfs_http_error(resp, r, "session '%s': %s", name, ntfs_strerror(r));
         if (d_persession_close)
                 d_persession_close(name);
+        d_session_end_begin(name); /* no mount of it starts until done */
         d_unmount_session(name);
         r = ntfs_session_end(D.st, name);
+        d_session_end_done(name);
         if (r < 0)
                 return ntfs_http_error(resp, r, "cannot end session '%s': %s", name, ntfs_strerror(r));
         (void)ntfs_journal_session_end(D.j, name);

@@ -1,0 +1,90 @@
+# SPDX-License-Identifier: MIT
+"""Mount bookkeeping that cannot go stale (issue 61, item 3): mount,
+unmount and session end are serialized per mountpoint and per session.
+
+  - N concurrent mounts of one path: exactly one 201, the rest
+    already_mounted, and one mount in /proc/self/mounts;
+  - session end racing mounts of the session: no mount outlives its
+    session, nothing the daemon does not list is mounted, no request hangs;
+  - SIGTERM while mounts are being made leaves nothing mounted (the fixture's
+    stop_and_check)."""
+import os
+import threading
+
+from conftest import mounts_under
+from ctl_fixtures import daemon  # noqa: F401
+
+
+def fuse_mounts_at(path):
+    path = os.path.realpath(path)
+    with open("/proc/self/mounts") as f:
+        return [l for l in f if l.split()[1] == path]
+
+
+def concurrently(n, fn):
+    """Runs fn(i) in n threads released at once; returns their results."""
+    out = [None] * n
+    gate = threading.Barrier(n)
+
+    def run(i):
+        gate.wait()
+        try:
+            out[i] = fn(i)
+        except Exception as e:  # noqa: BLE001 - reported by the caller
+            out[i] = e
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=120)
+        assert not t.is_alive(), "a request hung"
+    return out
+
+
+def test_sixteen_concurrent_mounts_of_one_path(daemon, scratch):
+    daemon.ok("session", "new", "one")
+    mp = os.path.join(scratch, "mp")
+    os.mkdir(mp)
+    for rnd in range(5):
+        res = concurrently(16, lambda i: daemon.http("POST", "/v1/mounts", {"session": "one", "mountpoint": mp},
+                                                     timeout=60))
+        assert all(not isinstance(r, Exception) for r in res), res
+        statuses = sorted(r.status for r in res)
+        assert statuses.count(201) == 1, (rnd, statuses)
+        assert all(r.code == "already_mounted" for r in res if r.status != 201), [r for r in res]
+        assert len(fuse_mounts_at(mp)) == 1, fuse_mounts_at(mp)
+        listed = [m["mountpoint"] for m in daemon.http("GET", "/v1/mounts").json["mounts"]]
+        assert listed == [os.path.realpath(mp)], listed
+        assert daemon.http("POST", "/v1/mounts/unmount", {"mountpoint": mp}).status == 200
+        assert not fuse_mounts_at(mp)
+    daemon.healthy()
+
+
+def test_session_end_racing_mounts_leaves_no_orphan(daemon, scratch):
+    rounds = 200
+    for rnd in range(rounds):
+        name = f"r{rnd}"
+        daemon.ok("session", "new", name)
+        mps = [os.path.join(scratch, f"m{rnd}-{i}") for i in range(3)]
+        for p in mps:
+            os.mkdir(p)
+
+        def act(i):
+            if i == 0:
+                return daemon.http("DELETE", f"/v1/sessions/{name}", timeout=60)
+            return daemon.http("POST", "/v1/mounts", {"session": name, "mountpoint": mps[i - 1]}, timeout=60)
+        res = concurrently(4, act)
+        assert all(not isinstance(r, Exception) for r in res), (rnd, res)
+        assert res[0].status == 200, (rnd, res[0])
+        for r in res[1:]:
+            assert r.status == 201 or r.code == "session_not_found", (rnd, r)
+        # whatever mounted before the end was unmounted by it; nothing after
+        listed = [m for m in daemon.http("GET", "/v1/mounts").json["mounts"] if m.get("session") == name]
+        assert not listed, (rnd, listed)
+        left = [p for p in mps if fuse_mounts_at(p)]
+        assert not left, (rnd, left)
+        for p in mps:
+            os.rmdir(p)
+    assert not mounts_under(scratch)
+    assert daemon.http("GET", "/v1/sessions").json["sessions"] == []
+    daemon.healthy()
