@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -34,6 +35,10 @@ struct dmount {
         uint64_t last_changes;
         int64_t last_change_ns, last_ckpt_ns;
         bool pending_changes;
+        /* set by the mount's loop thread when it was unmounted from outside
+         * (fusermount3 -u, umount): the mount is dead, no longer listed or
+         * used, and reaped by d_mounts_reap() */
+        atomic_bool exited;
         struct dmount *next;
 };
 
@@ -96,8 +101,11 @@ json_t *d_mounts_json(void);
 /* mounts */
 void d_mount_free(struct dmount *m);
 int d_mount_stop(struct dmount *m);
+/* Mounts session (or the ref at, read-only) at mp. *ret_mp (optional, caller
+ * frees): the canonical mountpoint. Nothing else of the mount is handed
+ * back: once listed, it may be unmounted and freed by another request. */
 int d_mount_add(const char *session, const char *at, const char *mp, bool ro, bool internal, double idle,
-                double maxi, struct dmount **ret);
+                double maxi, char **ret_mp);
 struct dmount *d_mount_take(const char *mp);
 void d_unmount_session(const char *session);
 /* Session end, serialized with mounts: d_session_end_begin() waits for the
@@ -107,6 +115,8 @@ void d_session_end_begin(const char *session);
 void d_session_end_done(const char *session);
 /* Shutdown: no new mount starts; waits for those in the making. */
 void d_mounts_close(void);
+/* Forgets (stops and frees) the mounts unmounted from outside. */
+void d_mounts_reap(void);
 /* A read-write mount of session for the jail (made under the store if none). */
 int d_session_mountpoint(const char *session, char **ret);
 void d_flush_session_mounts(const char *session);

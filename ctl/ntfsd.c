@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/statfs.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -119,7 +121,8 @@ json_t *d_mounts_json(void) {
         json_t *arr = json_array();
         pthread_mutex_lock(&D.lock);
         for (struct dmount *m = D.mounts; m; m = m->next)
-                json_array_append_new(arr, json_pack("{s:s, s:s?, s:b, s:s?, s:f, s:b}", "mountpoint", m->mountpoint,
+                if (!atomic_load(&m->exited))
+                        json_array_append_new(arr, json_pack("{s:s, s:s?, s:b, s:s?, s:f, s:b}", "mountpoint", m->mountpoint,
                                                      "session", m->session, "ro", m->ro, "at", m->at,
                                                      "autocheckpoint", m->auto_idle, "internal", m->internal));
         pthread_mutex_unlock(&D.lock);
@@ -253,11 +256,55 @@ static int mount_claim(const char *real, const char *session, struct dclaim **re
         return r;
 }
 
+/* The mount's loop ended without d_mount_stop (unmounted from outside). */
+static void mount_exited(ntfs_mount *nm, void *ud) {
+        struct dmount *m = ud;
+        atomic_store(&m->exited, true);
+        log_info("%s was unmounted from outside; it is no longer listed", m->mountpoint);
+}
+
+void d_mounts_reap(void) {
+        struct dmount *gone = NULL;
+        pthread_mutex_lock(&D.lock);
+        for (struct dmount **p = &D.mounts; *p;) {
+                struct dmount *m = *p;
+                if (atomic_load(&m->exited)) {
+                        *p = m->next;
+                        m->next = gone;
+                        gone = m;
+                } else {
+                        p = &m->next;
+                }
+        }
+        pthread_mutex_unlock(&D.lock);
+        while (gone) {
+                struct dmount *m = gone;
+                gone = m->next;
+                (void)d_mount_stop(m);
+        }
+}
+
+/* A mountpoint whose FUSE server died (a crashed daemon's mount: every call
+ * on it is ENOTCONN) is detached lazily, so that it can be mounted again
+ * instead of being stacked on. statfs, not stat: the kernel may answer a
+ * stat from its attribute cache, a statfs always asks the server. */
+static void detach_dead_mount(const char *mp) {
+        struct statfs sf;
+        if (statfs(mp, &sf) == 0 || errno != ENOTCONN)
+                return;
+        if (umount2(mp, MNT_DETACH) == 0)
+                log_info("%s: a dead FUSE mount (its server is gone) was detached", mp);
+        else
+                log_warn("%s: cannot detach the dead FUSE mount there: %s", mp, strerror(errno));
+}
+
 int d_mount_add(const char *session, const char *at, const char *mp, bool ro, bool internal, double idle,
-                double maxi, struct dmount **ret) {
+                double maxi, char **ret_mp) {
         _cleanup_free_ struct dmount *m = calloc(1, sizeof *m);
         if (!m)
                 return -ENOMEM;
+        d_mounts_reap();
+        detach_dead_mount(mp);
         char *real = realpath(mp, NULL);
         if (!real)
                 return -errno;
@@ -285,6 +332,8 @@ int d_mount_add(const char *session, const char *at, const char *mp, bool ro, bo
                 o.on_fsync = d_ext_fsync;
                 o.on_fsync_ud = m;
         }
+        o.on_exit = mount_exited;
+        o.on_exit_ud = m;
         if (r == 0 && (r = ntfs_mount_start(m->ws, &o, &m->m)) < 0) {
                 ntfs_ws_close(m->ws);
                 free(m->session);
@@ -297,24 +346,32 @@ int d_mount_add(const char *session, const char *at, const char *mp, bool ro, bo
                 m->auto_max = maxi;
                 m->last_change_ns = m->last_ckpt_ns = ntfs_mono_ns();
         }
+        char *copy = NULL;
+        if (r == 0 && ret_mp && !(copy = strdup(real))) {
+                (void)ntfs_mount_stop(m->m);
+                ntfs_ws_close(m->ws);
+                free(m->session);
+                free(m->at);
+                r = -ENOMEM;
+        }
+        if (r == 0)
+                log_info("mounted %s%s%s at %s%s", session ? session : "", at ? "@" : "", at ? at : "", real,
+                         m->ro ? " (read-only)" : "");
         /* the claim ends as the mount enters the list: no moment where
          * neither holds the mountpoint */
         pthread_mutex_lock(&D.lock);
         claim_drop(claim);
         if (r == 0) {
                 m->next = D.mounts;
-                D.mounts = m;
+                D.mounts = TAKE_PTR(m);
         }
         pthread_mutex_unlock(&D.lock);
         if (r < 0) {
                 free(real);
                 return r;
         }
-        log_info("mounted %s%s%s at %s%s", session ? session : "", at ? "@" : "", at ? at : "", real,
-                 m->ro ? " (read-only)" : "");
-        if (ret)
-                *ret = m;
-        TAKE_PTR(m);
+        if (ret_mp)
+                *ret_mp = copy;
         return 0;
 }
 
@@ -353,6 +410,7 @@ static char *mountpoint_key(const char *mp) {
 }
 
 struct dmount *d_mount_take(const char *mp) {
+        d_mounts_reap(); /* one unmounted from outside is not there any more */
         char *real = mountpoint_key(mp);
         const char *key = real ? real : mp;
         struct dmount *found = NULL;
@@ -393,7 +451,7 @@ void d_unmount_session(const char *session) {
 int d_session_mountpoint(const char *session, char **ret) {
         pthread_mutex_lock(&D.lock);
         for (struct dmount *m = D.mounts; m; m = m->next)
-                if (m->session && !m->ro && strcmp(m->session, session) == 0) {
+                if (m->session && !m->ro && !atomic_load(&m->exited) && strcmp(m->session, session) == 0) {
                         *ret = strdup(m->mountpoint);
                         pthread_mutex_unlock(&D.lock);
                         return *ret ? 0 : -ENOMEM;
@@ -407,8 +465,7 @@ int d_session_mountpoint(const char *session, char **ret) {
                 return -ENAMETOOLONG;
         if (mkdir(dir, 0755) < 0 && errno != EEXIST)
                 return -errno;
-        struct dmount *m;
-        int r = d_mount_add(session, NULL, dir, false, true, 0, 0, &m);
+        int r = d_mount_add(session, NULL, dir, false, true, 0, 0, NULL);
         if (r == -NTFS_EMOUNTED) /* raced with another request */
                 r = 0;
         if (r < 0)
@@ -421,7 +478,7 @@ int d_session_mountpoint(const char *session, char **ret) {
 void d_flush_session_mounts(const char *session) {
         pthread_mutex_lock(&D.lock);
         for (struct dmount *m = D.mounts; m; m = m->next)
-                if (m->session && strcmp(m->session, session) == 0)
+                if (m->session && !atomic_load(&m->exited) && strcmp(m->session, session) == 0)
                         (void)ntfs_mount_flush_kernel(m->m);
         pthread_mutex_unlock(&D.lock);
 }
@@ -439,6 +496,7 @@ static void *auto_main(void *arg) {
         for (;;) {
                 struct timespec ts = { 0, 200 * 1000000L };
                 nanosleep(&ts, NULL);
+                d_mounts_reap();
                 pthread_mutex_lock(&D.lock);
                 if (D.stopping) {
                         pthread_mutex_unlock(&D.lock);

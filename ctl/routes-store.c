@@ -122,12 +122,12 @@ static int h_mount(void *ud, const ntfs_http_request *req, ntfs_http_response *r
                 if ((r = ntfs_session_get(D.st, session, &si)) < 0)
                         return ntfs_http_error(resp, r, "session '%s': %s", session, ntfs_strerror(r));
         }
-        struct dmount *m;
-        r = d_mount_add(session, at, mp, ro, false, idle, maxi, &m);
+        _cleanup_free_ char *real = NULL;
+        r = d_mount_add(session, at, mp, ro, false, idle, maxi, &real);
         if (r < 0)
                 return ntfs_http_error(resp, r, "cannot mount %s: %s", mp, ntfs_strerror(r));
-        return d_reply(resp, 201, json_pack("{s:s, s:s, s:b, s:s?}", "mountpoint", m->mountpoint, "session", session,
-                                          "ro", m->ro, "at", at));
+        return d_reply(resp, 201, json_pack("{s:s, s:s, s:b, s:s?}", "mountpoint", real, "session", session,
+                                          "ro", ro || at, "at", at));
 }
 
 static int h_mounts(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {

@@ -6,13 +6,21 @@ unmount and session end are serialized per mountpoint and per session.
     already_mounted, and one mount in /proc/self/mounts;
   - session end racing mounts of the session: no mount outlives its
     session, nothing the daemon does not list is mounted, no request hangs;
+  - an unmount from outside (fusermount3 -u, umount) is noticed: the mount
+    leaves the list and the directory mounts again;
+  - a dead mount left by a killed daemon is detached by the next mount there;
   - SIGTERM while mounts are being made leaves nothing mounted (the fixture's
     stop_and_check)."""
+import errno
 import os
+import subprocess
 import threading
+import time
+
+import pytest
 
 from conftest import mounts_under
-from ctl_fixtures import daemon  # noqa: F401
+from ctl_fixtures import Daemon, daemon, stop_and_check  # noqa: F401
 
 
 def fuse_mounts_at(path):
@@ -88,3 +96,71 @@ def test_session_end_racing_mounts_leaves_no_orphan(daemon, scratch):
     assert not mounts_under(scratch)
     assert daemon.http("GET", "/v1/sessions").json["sessions"] == []
     daemon.healthy()
+
+
+def wait_for(cond, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def test_unmount_from_outside_is_noticed(daemon, scratch):
+    daemon.ok("session", "new", "out")
+    mp = os.path.join(scratch, "out")
+    os.mkdir(mp)
+    daemon.ok("mount", "out", mp)
+    with open(os.path.join(mp, "kept.txt"), "w") as f:
+        f.write("written before the unmount\n")
+    subprocess.run(["fusermount3", "-u", mp], check=True)
+
+    def listed():
+        return [m["mountpoint"] for m in daemon.http("GET", "/v1/mounts").json["mounts"]]
+    assert wait_for(lambda: listed() == []), listed()
+    assert "out" not in daemon.ok("mounts")
+    # the same directory mounts again, with the work written before
+    daemon.ok("mount", "out", mp)
+    with open(os.path.join(mp, "kept.txt")) as f:
+        assert f.read() == "written before the unmount\n"
+    assert listed() == [os.path.realpath(mp)]
+    # an unmount from outside with umount(8) as well
+    subprocess.run(["umount", mp], check=True)
+    assert wait_for(lambda: listed() == []), listed()
+    r = daemon.http("POST", "/v1/mounts/unmount", {"mountpoint": mp})
+    assert r.status == 404 and r.code == "not_found", r
+    daemon.ok("mount", "out", mp)
+    daemon.ok("umount", mp)
+    daemon.healthy()
+
+
+def test_a_crashed_daemons_dead_mount_is_mounted_again(scratch):
+    d = Daemon(scratch)
+    try:
+        d.ok("session", "new", "dead")
+        mp = os.path.join(scratch, "dead")
+        os.mkdir(mp)
+        d.ok("mount", "dead", mp)
+        with open(os.path.join(mp, "f"), "w") as f:
+            f.write("x\n")
+        d.ok("checkpoint", "dead")
+    except BaseException:
+        d.stop()
+        raise
+    d.kill()  # not stop(): that would detach the dead mount itself
+    d.log.close()
+    with pytest.raises(OSError) as e:
+        os.stat(os.path.join(mp, "f"))
+    assert e.value.errno == errno.ENOTCONN
+    d = Daemon(scratch)
+    try:
+        out = d.ok("mount", "dead", mp)  # the dead mount is detached, not "not_a_directory"
+        assert out.startswith(f"mounted dead at {mp}"), out
+        with open(os.path.join(mp, "f")) as f:
+            assert f.read() == "x\n"
+        assert len(fuse_mounts_at(mp)) == 1
+        d.ok("umount", mp)
+        d.healthy()
+    finally:
+        stop_and_check(d, scratch)
