@@ -60,41 +60,22 @@
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "exec/jail-internal.h"
+#include "exec/jail-helper.h"
 #include "common/banned.h"
-
-#define EXIT_SETUP 125
-#define EXIT_TIMEOUT 124
-#define STATE_FILE "/run/ntfs-state"
-
-struct opts {
-        const char *workspace;
-        bool ro, json, probe, die_with_parent;
-        int net;
-        uint64_t timeout_ms, output_limit, memory, pids, tmp_bytes, as_bytes, fsize;
-        unsigned cpu;
-        const char *env[NTFS_JAIL_ENV_MAX];
-        size_t n_env;
-        const char *state_in, *state_out;
-        const char *proxy_socket; /* host path of the egress proxy's Unix socket */
-        unsigned proxy_port;
-        char *command;
-        char **direct; /* the command's words when it needs no shell (plain_words), else NULL */
-        bool no_direct; /* --no-direct: always through bash */
-};
 
 /* ------------------------------------------------------------------------ */
 /* P1 and P2: failures go to the status pipe ('E' + message), then _exit.   */
 
-static int report_fd = -1;
+int report_fd = -1;
 
 /* NTFS_JAIL_TRACE=1: each phase's CLOCK_MONOTONIC offset from the helper's
  * start, one line each on the helper's stderr (P0, P1, P2 until its fds are
  * closed). For measuring; off by default and never in the daemon's runs
  * (ntfsd spawns the helper with an empty environment). */
-static int trace_fd = -1;
+int trace_fd = -1;
 static int64_t trace_t0;
 
-static void trace(const char *what) {
+void trace(const char *what) {
         if (trace_fd < 0)
                 return;
         char line[128];
@@ -106,7 +87,7 @@ static void trace(const char *what) {
         }
 }
 
-static void write_all(int fd, const void *p, size_t n) {
+void write_all(int fd, const void *p, size_t n) {
         const char *c = p;
         while (n > 0) {
                 ssize_t w = write(fd, c, n);
@@ -124,7 +105,7 @@ static void write_all(int fd, const void *p, size_t n) {
  * p0_fail ends the jail and reports like any P0 error. */
 static void (*p0_fail)(const char *msg);
 
-static _Noreturn __attribute__((format(printf, 1, 2))) void die_child(const char *fmt, ...) {
+_Noreturn __attribute__((format(printf, 1, 2))) void die_child(const char *fmt, ...) {
         int e = errno;
         char msg[1024];
         msg[0] = 'E';
@@ -146,13 +127,6 @@ static _Noreturn __attribute__((format(printf, 1, 2))) void die_child(const char
                 write_all(report_fd, msg, l);
         _exit(EXIT_SETUP);
 }
-
-#define CHECK(expr, ...)                       \
-        do {                                   \
-                errno = 0;                     \
-                if ((expr) < 0)                \
-                        die_child(__VA_ARGS__); \
-        } while (0)
 
 static void set_mount_attr(const char *path, uint64_t attrs, bool recursive) {
         struct mount_attr a = { .attr_set = attrs };

@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT
+ * jail-helper.h — what the source files of the ntfs-jail helper program
+ * share; each part names the file that defines it. Not used by
+ * libntfs-exec (exec/jail-internal.h is what the two share). The helper's
+ * processes are described at the top of exec/ntfs-jail.c.
+ */
+#ifndef NTFS_EXEC_JAIL_HELPER_H
+#define NTFS_EXEC_JAIL_HELPER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "exec/jail.h"
+
+#define EXIT_SETUP 125
+#define EXIT_TIMEOUT 124
+#define STATE_FILE "/run/ntfs-state"
+
+struct opts {
+        const char *workspace;
+        bool ro, json, probe, die_with_parent;
+        int net;
+        uint64_t timeout_ms, output_limit, memory, pids, tmp_bytes, as_bytes, fsize;
+        unsigned cpu;
+        const char *env[NTFS_JAIL_ENV_MAX];
+        size_t n_env;
+        const char *state_in, *state_out;
+        const char *proxy_socket; /* host path of the egress proxy's Unix socket */
+        unsigned proxy_port;
+        char *command;
+        char **direct; /* the command's words when it needs no shell (plain_words), else NULL */
+        bool no_direct; /* --no-direct: always through bash */
+};
+
+/* ---- reporting (ntfs-jail.c) ---------------------------------------------
+ * P1 and P2: failures go to the status pipe ('E' + message), then _exit. */
+extern int report_fd;
+/* NTFS_JAIL_TRACE=1: the fd trace() writes to, else -1. */
+extern int trace_fd;
+void trace(const char *what);
+void write_all(int fd, const void *p, size_t n);
+_Noreturn __attribute__((format(printf, 1, 2))) void die_child(const char *fmt, ...);
+
+#define CHECK(expr, ...)                       \
+        do {                                   \
+                errno = 0;                     \
+                if ((expr) < 0)                \
+                        die_child(__VA_ARGS__); \
+        } while (0)
+
+#endif
