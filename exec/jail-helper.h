@@ -49,4 +49,7 @@ _Noreturn __attribute__((format(printf, 1, 2))) void die_child(const char *fmt, 
                         die_child(__VA_ARGS__); \
         } while (0)
 
+/* ---- the new root (jail-root.c) ------------------------------------------ */
+void build_root(const struct opts *o, int ws_fd);
+
 #endif
