@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <linux/filter.h>
 
 #include "exec/jail.h"
 
@@ -51,5 +52,23 @@ _Noreturn __attribute__((format(printf, 1, 2))) void die_child(const char *fmt, 
 
 /* ---- the new root (jail-root.c) ------------------------------------------ */
 void build_root(const struct opts *o, int ws_fd);
+
+/* ---- the seccomp filter (jail-seccomp.c) --------------------------------- */
+/* P0: the filter as a raw BPF program (struct sock_filter[]), built while
+ * P1 builds the root and sent to it; P2 and P3 load it with seccomp(2),
+ * which is what seccomp_load() does with the same program. */
+#define FILTER_MAX (64 * 1024)
+
+struct filter {
+        struct sock_filter insns[FILTER_MAX / sizeof(struct sock_filter)];
+        unsigned short len;
+};
+
+struct jbuf;
+/* P0: builds the filter and appends the go ('G', the length, the program) to ret. */
+void export_filter(struct jbuf *ret);
+void receive_filter(int fd, struct filter *f);
+/* seccomp(2) with the program; 0 or -1 with errno. */
+int load_filter(const struct filter *f);
 
 #endif
