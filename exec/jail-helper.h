@@ -71,4 +71,14 @@ void receive_filter(int fd, struct filter *f);
 /* seccomp(2) with the program; 0 or -1 with errno. */
 int load_filter(const struct filter *f);
 
+/* ---- commands run without bash (jail-direct.c) --------------------------- */
+/* The command's words when it needs no shell, else NULL. */
+char **plain_words(const char *cmd);
+void plain_words_free(char **w);
+/* P2: execve the program; returns when bash should run the command. */
+void exec_direct(char *const *words, char **env, const char *cwd, volatile int *direct_ran);
+size_t env_count(char *const *env);
+/* The raw state record of a command that ran without the shell. */
+int direct_state_raw(const char *cwd, char **env, struct jbuf *b);
+
 #endif
