@@ -81,4 +81,7 @@ size_t env_count(char *const *env);
 /* The raw state record of a command that ran without the shell. */
 int direct_state_raw(const char *cwd, char **env, struct jbuf *b);
 
+/* ---- P3, the egress forwarder (jail-egress.c) ---------------------------- */
+_Noreturn void run_forwarder(int lfd, int dirfd, const char *name, const struct filter *filter);
+
 #endif
