@@ -7,6 +7,7 @@
 #ifndef NTFS_EXEC_JAIL_HELPER_H
 #define NTFS_EXEC_JAIL_HELPER_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -83,5 +84,21 @@ int direct_state_raw(const char *cwd, char **env, struct jbuf *b);
 
 /* ---- P3, the egress forwarder (jail-egress.c) ---------------------------- */
 _Noreturn void run_forwarder(int lfd, int dirfd, const char *name, const struct filter *filter);
+
+/* ---- P1 and P2 (jail-init.c) --------------------------------------------- */
+struct jail_state;
+struct child_args {
+        const struct opts *o;
+        const struct jail_state *state;
+        int out_w, err_w;
+        char cwd[PATH_MAX];      /* P1 -> P2: the absolute cwd P1 entered for it */
+        volatile int *direct_ran; /* shared page: P2 exec'd the command without bash */
+};
+
+/* main's arguments, which P1 blanks (hide_cmdline). */
+extern char **g_argv;
+extern int g_argc;
+/* P1; go_r: P0 sends 'G' and the filter once P1 is in the run's cgroup. */
+_Noreturn void run_p1(struct child_args *a, int status_w, int go_r);
 
 #endif
