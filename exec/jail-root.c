@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
-#include "common/util.h"
 #include "exec/jail-helper.h"
 #include "common/banned.h"
 

@@ -28,33 +28,17 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <linux/capability.h>
-#include <linux/filter.h>
-#include <linux/securebits.h>
-#include <net/if.h>
 #include <poll.h>
 #include <sched.h>
-#include <seccomp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
-#include <sys/mman.h>
-#include <sys/mount.h>
 #include <sys/pidfd.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 #include <sys/wait.h>
-#include <termios.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
