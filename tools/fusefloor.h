@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,7 +102,7 @@ extern struct floor F;
 /* The request this worker read and when (stats=PATH only): its handler
  * names the type (COUNT), the reply (io_writev, same thread) adds the time.
  * local-exec, as when they were static in one file: the program is the
- * only module that has them. Defined in fusefloor.c. */
+ * only module that has them. Defined in fusefloor-io.c. */
 extern __thread struct timespec tls_start __attribute__((tls_model("local-exec")));
 extern __thread int tls_op __attribute__((tls_model("local-exec")));
 #define COUNT(op) (atomic_fetch_add_explicit(&F.counts[op], 1, memory_order_relaxed), tls_op = (op))
@@ -192,5 +193,10 @@ static inline bool may(fuse_req_t req, const struct node *n, int mask) {
         int bits = c->uid == n->uid ? (m >> 6) & 7 : c->gid == n->gid ? (m >> 3) & 7 : m & 7;
         return (bits & mask) == mask;
 }
+
+/* ---- the kernel connection (fusefloor-io.c) ------------------------------ */
+ssize_t io_read(int fd, void *buf, size_t len, void *ud);
+ssize_t io_writev(int fd, struct iovec *iov, int count, void *ud);
+void op_init(void *ud, struct fuse_conn_info *conn);
 
 #endif
