@@ -123,6 +123,7 @@ struct slab {
         char *mem;
         size_t used;
 };
+/* Defined in fusefloor-data.c. */
 extern struct slab *slabs;
 extern char *blk_freelist; /* freed blocks */
 
@@ -198,5 +199,30 @@ static inline bool may(fuse_req_t req, const struct node *n, int mask) {
 ssize_t io_read(int fd, void *buf, size_t len, void *ud);
 ssize_t io_writev(int fd, struct iovec *iov, int count, void *ud);
 void op_init(void *ud, struct fuse_conn_info *conn);
+
+/* ---- file contents and attributes (fusefloor-data.c) --------------------- */
+/* -o prealloc=MIB: fault in MIB of blocks at start-up (off the clock) */
+int blk_prealloc(size_t mib);
+void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+                struct fuse_file_info *fi);
+void op_readlink(fuse_req_t req, fuse_ino_t ino);
+void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+             struct fuse_file_info *fi);
+void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+              struct fuse_file_info *fi);
+void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+                  struct fuse_file_info *fi);
+void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
+void op_statfs(fuse_req_t req, fuse_ino_t ino);
+void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+                 size_t size, int flags);
+void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
+void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
+void op_access(fuse_req_t req, fuse_ino_t ino, int mask);
 
 #endif
