@@ -56,24 +56,16 @@
 #include <errno.h>
 #include <limits.h>
 #include <fuse_lowlevel.h>
-#include <linux/fuse.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdbool.h>
 #include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <sys/uio.h>
-#include <sys/xattr.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "common/cleanup.h"
 #include "tools/fusefloor.h"
 #include "fs/fusepool.h"
 #include "common/banned.h"
