@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: MIT
+ * jail-seccomp.c — the jail's seccomp filter: built with libseccomp and
+ * exported as a BPF program by P0, sent to P1 with its go, and loaded by P2
+ * and P3 (docs/jail.md).
+ */
+#include <errno.h>
+#include <linux/filter.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "exec/jail-internal.h"
+#include "exec/jail-helper.h"
+#include "common/banned.h"
+
+static void rule(scmp_filter_ctx ctx, uint32_t action, const char *name, unsigned n, const struct scmp_arg_cmp *c) {
+        int nr = seccomp_syscall_resolve_name(name);
+        if (nr == __NR_SCMP_ERROR) {
+                errno = 0;
+                die_child("seccomp: unknown syscall %s", name);
+        }
+        int r = seccomp_rule_add_array(ctx, action, nr, n, c);
+        if (r < 0) {
+                errno = -r;
+                die_child("seccomp: rule for %s", name);
+        }
+}
+
+static scmp_filter_ctx build_filter(void) {
+        scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+        if (!ctx) {
+                errno = ENOMEM;
+                die_child("seccomp_init");
+        }
+        /* Foreign ABIs (i386 via int 0x80, x32 syscall numbers) kill the
+         * process: only the native arch is in the filter. */
+        int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+        if (r >= 0)
+                r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0); /* set, and checked, by us */
+        if (r < 0) {
+                errno = -r;
+                die_child("seccomp attributes");
+        }
+        static const char *const eperm[] = {
+                /* namespaces and mounts */
+                "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "fsopen", "fsmount",
+                "fsconfig", "fspick", "move_mount", "open_tree", "mount_setattr",
+                /* other processes' memory */
+                "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+                /* kernel attack surface a tool never needs */
+                "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key", "init_module",
+                "finit_module", "delete_module", "kexec_load", "kexec_file_load", "acct", "swapon",
+                "swapoff", "reboot", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
+                "syslog", "quotactl", "lookup_dcookie", "open_by_handle_at", "name_to_handle_at",
+                "vhangup", "iopl", "ioperm", "uselib", "fanotify_init", "nfsservctl",
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(eperm); i++)
+                rule(ctx, SCMP_ACT_ERRNO(EPERM), eperm[i], 0, NULL);
+        /* ENOSYS so runtimes (glibc, Go, tokio) fall back to older paths. */
+        static const char *const enosys[] = { "clone3", "io_uring_setup", "io_uring_enter", "io_uring_register" };
+        for (size_t i = 0; i < ARRAY_SIZE(enosys); i++)
+                rule(ctx, SCMP_ACT_ERRNO(ENOSYS), enosys[i], 0, NULL);
+        /* clone() with any namespace flag (flags are arg 0 on x86-64). */
+        static const uint64_t ns_flags[] = { CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER,
+                                             CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP };
+        for (size_t i = 0; i < ARRAY_SIZE(ns_flags); i++) {
+                struct scmp_arg_cmp c = SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]);
+                rule(ctx, SCMP_ACT_ERRNO(EPERM), "clone", 1, &c);
+        }
+        /* Terminal injection; the kernel reads cmd as 32 bits, so compare
+         * only those (a high-bit variant is the same ioctl). */
+        static const uint64_t ioctls[] = { TIOCSTI, TIOCLINUX };
+        for (size_t i = 0; i < ARRAY_SIZE(ioctls); i++) {
+                struct scmp_arg_cmp c = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffULL, ioctls[i]);
+                rule(ctx, SCMP_ACT_ERRNO(EPERM), "ioctl", 1, &c);
+        }
+        /* Socket families: only AF_UNIX (1), AF_INET (2), AF_INET6 (10).
+         * Anything above 10 (and any value with high bits) is one GT rule,
+         * the few below are listed. */
+        static const char *const sock[] = { "socket", "socketpair" };
+        for (size_t s = 0; s < ARRAY_SIZE(sock); s++) {
+                struct scmp_arg_cmp gt = SCMP_A0(SCMP_CMP_GT, AF_INET6);
+                rule(ctx, SCMP_ACT_ERRNO(EPERM), sock[s], 1, &gt);
+                for (uint64_t fam = 0; fam < AF_INET6; fam++) {
+                        if (fam == AF_UNIX || fam == AF_INET)
+                                continue;
+                        struct scmp_arg_cmp eq = SCMP_A0(SCMP_CMP_EQ, fam);
+                        rule(ctx, SCMP_ACT_ERRNO(EPERM), sock[s], 1, &eq);
+                }
+        }
+        return ctx;
+}
+
+void export_filter(struct jbuf *ret) {
+        scmp_filter_ctx ctx = build_filter();
+        int mfd = memfd_create("ntfs-jail-bpf", MFD_CLOEXEC);
+        if (mfd < 0) {
+                seccomp_release(ctx);
+                die_child("memfd_create");
+        }
+        int r = seccomp_export_bpf(ctx, mfd);
+        seccomp_release(ctx);
+        off_t n = r < 0 ? -1 : lseek(mfd, 0, SEEK_END);
+        if (r < 0 || n <= 0 || n > FILTER_MAX || n % (off_t)sizeof(struct sock_filter)) {
+                close(mfd);
+                errno = r < 0 ? -r : EPROTO;
+                die_child("seccomp_export_bpf");
+        }
+        uint32_t len = (uint32_t)n;
+        char buf[FILTER_MAX];
+        size_t got = 0;
+        while (got < len) {
+                ssize_t k = pread(mfd, buf + got, len - got, (off_t)got);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0) {
+                        close(mfd);
+                        die_child("read back the filter");
+                }
+                got += (size_t)k;
+        }
+        close(mfd);
+        if (jbuf_put(ret, "G", 1) < 0 || jbuf_put(ret, &len, sizeof len) < 0 || jbuf_put(ret, buf, len) < 0) {
+                errno = ENOMEM;
+                die_child("filter");
+        }
+}
+
+static int read_full(int fd, void *p, size_t n) {
+        char *c = p;
+        while (n > 0) {
+                ssize_t k = read(fd, c, n);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        return -1;
+                c += k;
+                n -= (size_t)k;
+        }
+        return 0;
+}
+
+/* P1: waits for P0's go (the run's cgroup holds P1 now) and the filter. */
+void receive_filter(int fd, struct filter *f) {
+        char tag;
+        uint32_t len;
+        errno = 0;
+        if (read_full(fd, &tag, 1) < 0 || tag != 'G' || read_full(fd, &len, sizeof len) < 0 || len == 0 ||
+            len > FILTER_MAX || len % sizeof(struct sock_filter) || read_full(fd, f->insns, len) < 0)
+                die_child("no filter from the helper");
+        f->len = (unsigned short)(len / sizeof(struct sock_filter));
+}
+
+int load_filter(const struct filter *f) {
+        struct sock_fprog prog = { .len = f->len, .filter = (struct sock_filter *)f->insns };
+        return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog);
+}
