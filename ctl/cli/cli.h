@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: MIT
+ * What ntfs-ctl's files share: the command, flag and argument types, the
+ * run's context, and the helpers for output (output.c), requests to ntfsd
+ * (request.c) and argument parsing (args.c).
+ *
+ * Exit codes: 0 success, EXIT_FAIL (the operation failed: the server refused
+ * it or could not be reached), EXIT_USAGE (a usage error). The helpers that
+ * report return the exit code for the command to return.
+ */
+#ifndef NTFS_CTL_CLI_H
+#define NTFS_CTL_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "ctl/client.h"
+
+#define EXIT_FAIL 1
+#define EXIT_USAGE 2
+
+/* Bounds on what the command line may hand us. */
+#define MAX_ARG_BYTES (64u * 1024)        /* one argument (a message, a command) */
+#define MAX_POS 8
+#define MAX_FLAGS 8
+#define DEFAULT_TIMEOUT_MS (300u * 1000)  /* requests other than exec/gc/fsck */
+
+/* ---- commands, flags, arguments ------------------------------------------ */
+
+struct flagspec {
+        const char *lng; /* "--at" without dashes: "at" */
+        char shrt;       /* 'm' or 0 */
+        bool arg;        /* takes a value */
+};
+
+struct args {
+        const char *pos[MAX_POS];
+        int npos;
+        const char *val[MAX_FLAGS]; /* value, or "" for a boolean flag that is set */
+        bool set[MAX_FLAGS];
+        char **rest; /* exec: the words after "--" */
+        int nrest;
+        bool dashdash;
+};
+
+struct ctx {
+        const char *socket;
+        bool json;
+        ntfs_client *client;
+};
+
+struct cmd;
+typedef int (*cmd_fn)(struct ctx *c, const struct cmd *cmd, struct args *a);
+
+struct cmd {
+        const char *name;     /* "checkpoint", "session new" */
+        const char *synopsis; /* after the name */
+        const char *summary;  /* one line for the overview */
+        const char *help;     /* description, options, examples */
+        const struct flagspec *flags;
+        int min_pos, max_pos;
+        bool wants_rest; /* exec */
+        cmd_fn run;
+};
+
+enum parse_result { PARSE_OK, PARSE_HELP, PARSE_USAGE };
+
+/* ---- args.c ---- */
+
+/* The value of flag --lng when it was given ("" for a boolean flag), else NULL. */
+const char *flag(const struct cmd *cmd, const struct args *a, const char *lng);
+bool has_flag(const struct cmd *cmd, const struct args *a, const char *lng);
+int parse_size(const char *s, uint64_t *ret);
+/* 0, or the usage error's exit code (reported). */
+int parse_num_flag(const struct cmd *cmd, const char *flagname, const char *s, uint64_t max, uint64_t *ret);
+/* *handled: argv[*i] was --json or --socket (which may consume argv[*i + 1]);
+ * -EINVAL when --socket has no value. */
+int take_global(struct ctx *c, int argc, char **argv, int *i, bool *handled);
+enum parse_result parse_args(struct ctx *c, const struct cmd *cmd, int argc, char **argv, struct args *a);
+
+/* ---- output.c ---- */
+
+void print_usage_line(FILE *f, const struct cmd *cmd);
+/* Reports a usage error (with cmd's usage line when cmd is not NULL); returns EXIT_USAGE. */
+int usage_error(const struct cmd *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Reports a failure; returns EXIT_FAIL. */
+int fail(struct ctx *c, const json_t *server_body, const char *code, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+int print_json(const json_t *j);
+const char *jstr(const json_t *o, const char *key, const char *dflt);
+bool jint(const json_t *o, const char *key, json_int_t *ret);
+bool jtrue(const json_t *o, const char *key);
+const char *jscalar(const json_t *v, char *buf, size_t len);
+const char *human_bytes(uint64_t b, char *buf, size_t len);
+const char *human_time(const json_t *v, char *buf, size_t len);
+void print_path(const char *s);
+char *sanitize_dup(const char *s, size_t maxlen);
+
+/* ---- a small table printer: aligned columns, two spaces apart ------------ */
+
+#define TABLE_MAX_COLS 8
+
+struct table {
+        int ncols;
+        size_t nrows, cap;
+        char **cells; /* nrows * ncols, owned */
+};
+
+void table_free(struct table *t);
+int table_add(struct table *t, const char *const *row);
+void table_print(const struct table *t);
+
+/* ---- request.c ---- */
+
+/* The run's client (made on first use) with its timeout set to timeout_ms. */
+int client_get(struct ctx *c, unsigned timeout_ms, ntfs_client **ret);
+/* Reports a transport error (a negative errno); returns EXIT_FAIL. */
+int transport_fail(struct ctx *c, int r);
+int call_full(struct ctx *c, const char *method, const char *path, const json_t *body, unsigned timeout_ms,
+              json_t **ret, long *ret_status, bool quiet_error);
+/* call_full() with the default timeout, reporting every error. */
+int call(struct ctx *c, const char *method, const char *path, const json_t *body, json_t **ret);
+char *esc(const char *s);
+char *session_path(const char *name, const char *suffix);
+/* Reports out_of_memory; returns EXIT_FAIL. */
+int oom(struct ctx *c);
+int set_str(json_t *o, const char *key, const char *v);
+
+#endif
