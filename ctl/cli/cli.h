@@ -129,4 +129,14 @@ char *session_path(const char *name, const char *suffix);
 int oom(struct ctx *c);
 int set_str(json_t *o, const char *key, const char *v);
 
+/* ---- sessions.c: sessions and mounts ---- */
+
+int cmd_session_new(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_session_ls(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_session_show(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_session_end(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_mount(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_mounts(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_umount(struct ctx *c, const struct cmd *cmd, struct args *a);
+
 #endif
