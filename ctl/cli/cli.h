@@ -139,4 +139,14 @@ int cmd_mount(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_mounts(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_umount(struct ctx *c, const struct cmd *cmd, struct args *a);
 
+/* ---- history.c: a session's history ---- */
+
+int cmd_checkpoint(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_fork(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_tag(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_tags(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_rollback(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_log(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_diff(struct ctx *c, const struct cmd *cmd, struct args *a);
+
 #endif
