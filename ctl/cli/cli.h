@@ -149,4 +149,11 @@ int cmd_rollback(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_log(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_diff(struct ctx *c, const struct cmd *cmd, struct args *a);
 
+/* ---- exec.c: effects: exec, fetch and their journal ---- */
+
+int cmd_exec(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_fetch(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_effects(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_replay(struct ctx *c, const struct cmd *cmd, struct args *a);
+
 #endif
