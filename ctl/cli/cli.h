@@ -156,4 +156,12 @@ int cmd_fetch(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_effects(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_replay(struct ctx *c, const struct cmd *cmd, struct args *a);
 
+/* ---- store.c: the daemon and the store ---- */
+
+int cmd_status(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_quota(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_gc(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_fsck(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_api(struct ctx *c, const struct cmd *cmd, struct args *a);
+
 #endif
