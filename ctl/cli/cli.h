@@ -10,6 +10,7 @@
 #ifndef NTFS_CTL_CLI_H
 #define NTFS_CTL_CLI_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -163,5 +164,34 @@ int cmd_quota(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_gc(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_fsck(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_api(struct ctx *c, const struct cmd *cmd, struct args *a);
+
+/* ---- progress.c: a progress bar for long transfers ---- */
+
+/* A progress bar on stderr, fed by polling GET /v1/archive/progress/ID (or,
+ * for remote transfers, GET /v1/transfers/ID) from its own thread (with its
+ * own client: a client is not thread-safe). Drawn only when stderr is a
+ * terminal. */
+struct progress_bar {
+        const char *socket;
+        char id[40];
+        const char *verb; /* "exporting" | "importing" | "pushing" ... */
+        const char *route; /* the polled path, without the id */
+        bool by_stream;   /* import: the fraction is archive bytes read */
+        bool remote;      /* a push/pull/clone: bytes, objects and packs */
+        pthread_t thread;
+        bool started;
+        int stop;         /* atomic */
+        bool drawn;
+};
+
+/* Starts the bar when stderr is a terminal (and not quiet); pb->id is then
+ * the id to send with the request, else empty. route is the polled path
+ * without the id; remote draws objects and packs too. */
+void progress_start_at(struct progress_bar *pb, struct ctx *c, const char *verb, const char *route,
+                       bool by_stream, bool remote, bool quiet);
+/* progress_start_at() for an export or import. */
+void progress_start(struct progress_bar *pb, struct ctx *c, const char *verb, bool by_stream, bool quiet);
+/* Stops the thread and wipes the bar's line; does nothing when not started. */
+void progress_stop(struct progress_bar *pb);
 
 #endif
