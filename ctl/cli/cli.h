@@ -194,4 +194,9 @@ void progress_start(struct progress_bar *pb, struct ctx *c, const char *verb, bo
 /* Stops the thread and wipes the bar's line; does nothing when not started. */
 void progress_stop(struct progress_bar *pb);
 
+/* ---- archive.c: archives ---- */
+
+int cmd_export(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_import(struct ctx *c, const struct cmd *cmd, struct args *a);
+
 #endif
