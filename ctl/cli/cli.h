@@ -199,4 +199,12 @@ void progress_stop(struct progress_bar *pb);
 int cmd_export(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_import(struct ctx *c, const struct cmd *cmd, struct args *a);
 
+/* ---- trunk.c: trunks and forks ---- */
+
+int cmd_trunk_init(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_trunk_fork(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_trunk_commit(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_trunk_abort(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_trunk_status(struct ctx *c, const struct cmd *cmd, struct args *a);
+
 #endif
