@@ -207,4 +207,15 @@ int cmd_trunk_commit(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_trunk_abort(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_trunk_status(struct ctx *c, const struct cmd *cmd, struct args *a);
 
+/* ---- remote.c: remotes ---- */
+
+int cmd_remote_add(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_remote_ls(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_remote_rm(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_push(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_pull(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_clone(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_remote_prune(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_remote_tags(struct ctx *c, const struct cmd *cmd, struct args *a);
+
 #endif
