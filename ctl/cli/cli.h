@@ -218,4 +218,12 @@ int cmd_clone(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_remote_prune(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_remote_tags(struct ctx *c, const struct cmd *cmd, struct args *a);
 
+/* ---- commands.c: the command table ---- */
+
+void print_global_help(FILE *f);
+void print_cmd_help(FILE *f, const struct cmd *cmd);
+void print_group_help(FILE *f, const char *group);
+bool is_group(const char *w);
+const struct cmd *lookup(int argc, char **argv, int *used);
+
 #endif
