@@ -56,15 +56,32 @@ struct ctx {
 struct cmd;
 typedef int (*cmd_fn)(struct ctx *c, const struct cmd *cmd, struct args *a);
 
+/* The topic a command belongs to (one file of ctl/cli/ each): a section of
+ * the manual. Not to be confused with the first word of a two-word name
+ * ("session", "trunk", "remote"), which ntfs-ctl calls a command with
+ * subcommands. */
+enum cli_group {
+        CLI_GROUP_STORE,    /* store.c: the daemon and the whole store */
+        CLI_GROUP_SESSIONS, /* sessions.c: sessions and mounts */
+        CLI_GROUP_HISTORY,  /* history.c: checkpoints, tags, rollback, log, diff */
+        CLI_GROUP_EFFECTS,  /* exec.c: exec, fetch and the effect journal */
+        CLI_GROUP_ARCHIVES, /* archive.c: export and import */
+        CLI_GROUP_TRUNKS,   /* trunk.c: trunks and their forks */
+        CLI_GROUP_REMOTES,  /* remote.c: S3 remotes, push, pull, clone */
+        CLI_GROUP_COUNT
+};
+
+/* One row of the command table (commands.c). */
 struct cmd {
-        const char *name;     /* "checkpoint", "session new" */
-        const char *synopsis; /* after the name */
-        const char *summary;  /* one line for the overview */
-        const char *help;     /* description, options, examples */
-        const struct flagspec *flags;
-        int min_pos, max_pos;
-        bool wants_rest; /* exec */
-        cmd_fn run;
+        const char *name;             /* "checkpoint", "session new" */
+        enum cli_group group;         /* its topic */
+        const char *synopsis;         /* after the name: "NAME [-m MESSAGE]" */
+        const char *summary;          /* one line for the overview */
+        const char *help;             /* description, options, examples; ends in '\n' */
+        const struct flagspec *flags; /* ends with { NULL }; never NULL */
+        int min_pos, max_pos;         /* how many positional arguments */
+        bool wants_rest;              /* the words after "--" are the command's (exec) */
+        cmd_fn run;                   /* returns the exit code */
 };
 
 enum parse_result { PARSE_OK, PARSE_HELP, PARSE_USAGE };
@@ -220,10 +237,30 @@ int cmd_remote_tags(struct ctx *c, const struct cmd *cmd, struct args *a);
 
 /* ---- commands.c: the command table ---- */
 
-void print_global_help(FILE *f);
-void print_cmd_help(FILE *f, const struct cmd *cmd);
-void print_group_help(FILE *f, const char *group);
-bool is_group(const char *w);
-const struct cmd *lookup(int argc, char **argv, int *used);
+/* Every command, in the order `ntfs-ctl --help` lists them. The dispatch
+ * (cli_lookup), the overview (cli_print_overview), `help COMMAND` and
+ * `COMMAND --help` (cli_print_command_help) and the overview of a command
+ * with subcommands (cli_print_subcommands) are all read from it; so is
+ * docs/cli.md (tools/gen-cli-md.py), and a man page or shell completion
+ * generator can walk it the same way. */
+extern const struct cmd cli_commands[];
+extern const size_t cli_ncommands;
+
+/* "sessions", "history", ...: a short name of the group for file names and
+ * anchors, and a title for a heading ("Sessions and mounts"). */
+const char *cli_group_name(enum cli_group g);
+const char *cli_group_title(enum cli_group g);
+
+/* `ntfs-ctl --help`: usage, global options, one line per command, exit status. */
+void cli_print_overview(FILE *f);
+/* `ntfs-ctl help COMMAND`: usage line, summary, help text, global options. */
+void cli_print_command_help(FILE *f, const struct cmd *cmd);
+/* `ntfs-ctl WORD --help` for a command with subcommands ("session"). */
+void cli_print_subcommands(FILE *f, const char *word);
+/* Whether some command's name is WORD followed by a subcommand. */
+bool cli_has_subcommands(const char *word);
+/* The command named by argv[0] (and argv[1] for a subcommand), *used set to
+ * how many words the name took; NULL when unknown. */
+const struct cmd *cli_lookup(int argc, char **argv, int *used);
 
 #endif

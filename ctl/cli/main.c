@@ -8,31 +8,20 @@
  * 1 the operation failed (the server refused it or could not be reached),
  * 2 usage error. `exec` exits with the command's own code instead.
  *
- * Structure: a table of commands (name, usage, help text, flags, positional
- * bounds, handler); one generic argument parser fills a struct args; each
- * handler builds its request, calls the daemon, and prints either the
- * server's JSON (--json) or a short human rendering.
+ * Structure (ctl/cli/): commands.c holds the table of commands (name, group,
+ * synopsis, summary, help text, flags, positional bounds, handler) that
+ * drives the dispatch here and every help text; args.c's one generic parser
+ * fills a struct args; each handler (sessions.c, history.c, exec.c,
+ * store.c, archive.c, trunk.c, remote.c) builds its request, calls the
+ * daemon (request.c) and prints either the server's JSON (--json) or a
+ * short human rendering (output.c). cli.h is what they share.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
 #include <limits.h>
-#include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
-#include <jansson.h>
-
-#include "common/cleanup.h"
-#include "common/err.h"
-#include "common/util.h"
 #include "ctl/client.h"
 #include "ctl/cli/cli.h"
 #include "common/banned.h"
@@ -47,7 +36,7 @@ static int run(int argc, char **argv) {
         for (; i < argc; i++) {
                 const char *w = argv[i];
                 if (strcmp(w, "--help") == 0 || strcmp(w, "-h") == 0) {
-                        print_global_help(stdout);
+                        cli_print_overview(stdout);
                         return 0;
                 }
                 if (strcmp(w, "--version") == 0) {
@@ -61,32 +50,32 @@ static int run(int argc, char **argv) {
                         break;
         }
         if (i >= argc) {
-                print_global_help(stderr);
+                cli_print_overview(stderr);
                 return EXIT_USAGE;
         }
         if (argv[i][0] == '-')
                 return usage_error(NULL, "unknown option '%s'", argv[i]);
         if (strcmp(argv[i], "help") == 0) {
                 if (i + 1 >= argc) {
-                        print_global_help(stdout);
+                        cli_print_overview(stdout);
                         return 0;
                 }
                 int used;
-                const struct cmd *cmd = lookup(argc - i - 1, argv + i + 1, &used);
+                const struct cmd *cmd = cli_lookup(argc - i - 1, argv + i + 1, &used);
                 if (cmd) {
-                        print_cmd_help(stdout, cmd);
+                        cli_print_command_help(stdout, cmd);
                         return 0;
                 }
-                if (is_group(argv[i + 1])) {
-                        print_group_help(stdout, argv[i + 1]);
+                if (cli_has_subcommands(argv[i + 1])) {
+                        cli_print_subcommands(stdout, argv[i + 1]);
                         return 0;
                 }
                 return usage_error(NULL, "unknown command '%s'", argv[i + 1]);
         }
         int used = 0;
-        const struct cmd *cmd = lookup(argc - i, argv + i, &used);
+        const struct cmd *cmd = cli_lookup(argc - i, argv + i, &used);
         if (!cmd) {
-                if (is_group(argv[i])) {
+                if (cli_has_subcommands(argv[i])) {
                         bool help = i + 1 < argc && (strcmp(argv[i + 1], "--help") == 0 || strcmp(argv[i + 1], "-h") == 0);
                         if (!help) {
                                 if (i + 1 < argc)
@@ -94,7 +83,7 @@ static int run(int argc, char **argv) {
                                 else
                                         fprintf(stderr, "ntfs-ctl: '%s' needs a subcommand\n", argv[i]);
                         }
-                        print_group_help(help ? stdout : stderr, argv[i]);
+                        cli_print_subcommands(help ? stdout : stderr, argv[i]);
                         return help ? 0 : EXIT_USAGE;
                 }
                 return usage_error(NULL, "unknown command '%s'", argv[i]);
@@ -102,7 +91,7 @@ static int run(int argc, char **argv) {
         struct args a = { 0 };
         switch (parse_args(&c, cmd, argc - i - used, argv + i + used, &a)) {
         case PARSE_HELP:
-                print_cmd_help(stdout, cmd);
+                cli_print_command_help(stdout, cmd);
                 return 0;
         case PARSE_USAGE:
                 return EXIT_USAGE;
