@@ -4,11 +4,9 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,7 +15,6 @@
 
 #include "common/cleanup.h"
 #include "common/err.h"
-#include "common/util.h"
 #include "ctl/cli/cli.h"
 #include "common/banned.h"
 

@@ -2,19 +2,14 @@
  * ntfs-ctl's history commands: checkpoint, fork, tag, tags, rollback, log,
  * diff.
  */
-#include <errno.h>
 #include <inttypes.h>
-#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
 #include "common/cleanup.h"
-#include "common/err.h"
-#include "common/util.h"
 #include "ctl/cli/cli.h"
 #include "common/banned.h"
 

@@ -15,8 +15,6 @@
 #include <jansson.h>
 
 #include "common/cleanup.h"
-#include "common/err.h"
-#include "common/util.h"
 #include "ctl/cli/cli.h"
 #include "common/banned.h"
 

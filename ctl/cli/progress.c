@@ -2,21 +2,15 @@
  * ntfs-ctl's progress bar for export, import, push, pull and clone, drawn on
  * stderr from a polling thread.
  */
-#include <errno.h>
-#include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
-#include "common/cleanup.h"
-#include "common/err.h"
 #include "common/util.h"
 #include "ctl/cli/cli.h"
 #include "common/banned.h"

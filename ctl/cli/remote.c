@@ -2,8 +2,6 @@
  * ntfs-ctl's remote commands: remote add/ls/rm/tags/prune, push, pull,
  * clone.
  */
-#include <errno.h>
-#include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,7 +11,6 @@
 #include <jansson.h>
 
 #include "common/cleanup.h"
-#include "common/err.h"
 #include "common/util.h"
 #include "ctl/cli/cli.h"
 #include "common/banned.h"

@@ -3,20 +3,15 @@
  * errors turned into messages and exit codes, request paths and bodies.
  */
 #include <errno.h>
-#include <inttypes.h>
-#include <stdarg.h>
 #include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <jansson.h>
 
 #include "common/cleanup.h"
 #include "common/err.h"
-#include "common/util.h"
 #include "ctl/cli/cli.h"
 #include "common/banned.h"
 

@@ -8,7 +8,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,7 +16,6 @@
 
 #include "common/cleanup.h"
 #include "common/err.h"
-#include "common/util.h"
 #include "ctl/cli/cli.h"
 #include "common/banned.h"
 

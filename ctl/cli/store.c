@@ -2,8 +2,6 @@
  * ntfs-ctl's commands about the daemon and the whole store: status, quota,
  * gc, fsck, and api (a raw request).
  */
-#include <errno.h>
-#include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,8 +11,6 @@
 #include <jansson.h>
 
 #include "common/cleanup.h"
-#include "common/err.h"
-#include "common/util.h"
 #include "ctl/cli/cli.h"
 #include "common/banned.h"
 

@@ -1,18 +1,13 @@
 /* SPDX-License-Identifier: MIT
  * ntfs-ctl's trunk commands: trunk init, fork, commit, abort, status.
  */
-#include <errno.h>
-#include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include <jansson.h>
 
 #include "common/cleanup.h"
-#include "common/err.h"
 #include "common/util.h"
 #include "ctl/cli/cli.h"
 #include "common/banned.h"
