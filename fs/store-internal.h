@@ -417,6 +417,21 @@ uint64_t store_name_hash(ntfs_store *st, const char *name, size_t len);
 void store_name_hash_known(ntfs_store *st, const char *name, size_t len, uint64_t h);
 int reflog_append(ntfs_store *st, const char *name, struct sess_rec *r, const ntfs_hash *old_head,
                   const ntfs_hash *new_head, const char *op);
+/* A reflog record and its key (name, NUL, u64 BE seq): store.c writes them,
+ * store-refs.c reads them, store-sessions.c deletes a session's. */
+struct reflog_rec {
+        ntfs_hash old_head, new_head;
+        int64_t time;
+        char op[32];
+};
+size_t store_reflog_key(const char *name, uint64_t seq, uint8_t *k);
+/* A tag's record (tags database): store-refs.c, store-sessions.c. */
+struct tag_rec {
+        ntfs_hash commit;
+        uint32_t scope;
+        int64_t created;
+        char session[NTFS_NAME_MAX + 1];
+};
 int commit_load(ntfs_store *st, const ntfs_hash *id, struct commit_obj *ret);
 /* Encodes and stores a commit; parent and parent2 may be NULL (or zero). */
 int store_make_commit(ntfs_store *st, const struct tree_entry *root, const ntfs_hash *links,

@@ -9,6 +9,10 @@
  * 0); file chunks written since the base file object live in the chunk
  * database. Every change marks the inode and its ancestors dirty, which is
  * what checkpoint.c serializes.
+ *
+ * Here: handles, inode records, lookup, getattr, file content, setattr,
+ * statfs, fsync, forget. Names (create, remove, link, rename, readdir):
+ * ws-dir.c; xattrs: ws-xattr.c; what they share: ws-internal.h.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,25 +29,12 @@
 #include "common/fault.h"
 #include "common/log.h"
 #include "fs/store-internal.h"
+#include "fs/ws-internal.h"
 #include "common/banned.h"
-
-#define XATTR_VALUE_MAX (64 * 1024)
-#define XATTR_LIST_MAX_BYTES (64 * 1024)
 
 /* ---- keys -------------------------------------------------------------------- */
 
-static void key2(uint8_t *k, uint64_t a, uint64_t b) {
-        ntfs_put_be64(k, a);
-        ntfs_put_be64(k + 8, b);
-}
-
-struct dent_val {
-        uint64_t ino; /* 0: whiteout of a base entry */
-        uint32_t mode;
-        uint32_t pad;
-};
-
-static size_t dent_key(uint8_t *k, uint64_t wsid, uint64_t dir, uint64_t h, const char *name, size_t nl) {
+size_t ws_dent_key(uint8_t *k, uint64_t wsid, uint64_t dir, uint64_t h, const char *name, size_t nl) {
         ntfs_put_be64(k, wsid);
         ntfs_put_be64(k + 8, dir);
         ntfs_put_be64(k + 16, h);
@@ -218,62 +209,6 @@ int ws_init_from_commit(ntfs_store *st, uint64_t wsid, const struct commit_obj *
 
 /* ---- per-call context ------------------------------------------------------------ */
 
-struct ctx {
-        ntfs_store *st;
-        ntfs_ws *ws;
-        bool write;
-        uint64_t wsid;
-        struct sess_rec sr; /* sessions only */
-        bool sr_changed;
-        bool took_block; /* ino_alloc took a new block of inode numbers */
-};
-
-/* A name's hash (a SHA-256) through the store's cache: a LOOKUP, the
- * MKNOD after it and an UNLINK hash one name once (an unlink needs it to
- * find the name, to ask the base about it and to delete it). */
-static uint64_t ctx_name_hash(struct ctx *c, const char *name, size_t len) {
-        return store_name_hash(c->st, name, len);
-}
-
-/* Tells the name's hash, known from a directory entry. */
-static void ctx_name_known(struct ctx *c, const char *name, size_t len, uint64_t h) {
-        store_name_hash_known(c->st, name, len, h);
-}
-
-/* Is this base (a directory's) the empty tree, or none? Then it has no
- * entries, and no object needs reading to know it. */
-static bool base_empty(struct ctx *c, const ntfs_hash *base) {
-        return ntfs_hash_is_zero(base) || memcmp(base->b, c->st->empty_tree.b, NTFS_HASH_LEN) == 0;
-}
-
-/* reader: the store is entered with store_enter_reader() (a call that
- * changes nothing a copy in flight may read: ntfs_ws_read_iov) */
-static int ctx_enter_as(ntfs_ws *ws, struct ctx *c, bool write, bool reader) {
-        c->st = ws->st;
-        c->ws = ws;
-        c->write = write;
-        c->sr_changed = false;
-        c->took_block = false;
-        int r = reader ? store_enter_reader(ws->st) : store_enter(ws->st);
-        if (r < 0)
-                return r;
-        c->wsid = ws->wsid;
-        if (write && ws->readonly) {
-                store_leave(ws->st);
-                return -EROFS;
-        }
-        if (ws->session) {
-                r = sess_get(ws->st, ws->session, &c->sr);
-                if (r < 0) {
-                        store_leave(ws->st);
-                        return r == -NTFS_ENOSESSION ? -ESTALE : r;
-                }
-        }
-        return 0;
-}
-
-static int ctx_enter(ntfs_ws *ws, struct ctx *c, bool write) { return ctx_enter_as(ws, c, write, false); }
-
 /* A call that fails may already have written records with numbers from
  * the blocks it took (readdir materializes entry after entry; the batch
  * keeps them): the counter's advance is saved on its own, so that no
@@ -288,7 +223,7 @@ static int keep_ino_counter(struct ctx *c) {
         return r;
 }
 
-static int ctx_leave(struct ctx *c, int r) {
+int ws_ctx_leave(struct ctx *c, int r) {
         if (c->sr_changed && c->ws->session) {
                 int r2 = r >= 0 ? sess_put_lazy(c->st, c->ws->session, &c->sr)
                          : c->took_block ? keep_ino_counter(c)
@@ -307,9 +242,9 @@ static int ctx_leave(struct ctx *c, int r) {
 /* A new inode number for an entry of dir: the next of dir's block, or the
  * first of a new block taken from the session's counter (store-internal.h
  * INO_BLOCK). The counter's advance is saved even when the call fails
- * (ctx_leave); if it cannot be, every block is forgotten. Read-only views
+ * (ws_ctx_leave); if it cannot be, every block is forgotten. Read-only views
  * count one by one. */
-static uint64_t ino_alloc(struct ctx *c, uint64_t dir) {
+uint64_t ws_ino_alloc(struct ctx *c, uint64_t dir) {
         if (!c->ws->session)
                 return c->ws->view_next_ino++;
         struct ino_block *b = &c->st->iblocks[wsid_slot(c->wsid, dir, INO_BLOCK_SLOTS)];
@@ -323,9 +258,7 @@ static uint64_t ino_alloc(struct ctx *c, uint64_t dir) {
         return ino;
 }
 
-static int64_t now_ns(void) { return ntfs_now_ns(); }
-
-static void attr_from(uint64_t ino, const struct ino_rec *r, struct ntfs_attr *a) {
+void ws_attr_from(uint64_t ino, const struct ino_rec *r, struct ntfs_attr *a) {
         memset(a, 0, sizeof *a);
         a->ino = ino;
         a->mode = r->mode;
@@ -354,7 +287,7 @@ static void attr_from(uint64_t ino, const struct ino_rec *r, struct ntfs_attr *a
 /* Marks ino dirty and every ancestor up to the first one already dirty.
  * Members of hard-link groups keep their content in the link table, so they
  * go to the dlink set; the root is marked so that a change is seen. */
-static int mark_dirty(struct ctx *c, uint64_t ino, struct ino_rec *rec) {
+int ws_mark_dirty(struct ctx *c, uint64_t ino, struct ino_rec *rec) {
         rec->flags |= INO_DIRTY;
         int r = ino_put(c->st, c->wsid, ino, rec);
         if (r < 0)
@@ -383,16 +316,10 @@ static int mark_dirty(struct ctx *c, uint64_t ino, struct ino_rec *rec) {
         return 0;
 }
 
-static bool name_ok(const char *name) {
+bool ws_name_ok(const char *name) {
         size_t n = strnlen(name, NTFS_NAME_MAX + 1);
         return n > 0 && n <= NTFS_NAME_MAX && !strchr(name, '/') && strcmp(name, ".") != 0 &&
                strcmp(name, "..") != 0;
-}
-
-static int check_name(const char *name) {
-        if (strnlen(name, NTFS_NAME_MAX + 1) > NTFS_NAME_MAX)
-                return -ENAMETOOLONG;
-        return name_ok(name) ? 0 : -EINVAL;
 }
 
 /* ---- link table ------------------------------------------------------------------- */
@@ -432,12 +359,12 @@ static int link_entry(struct ctx *c, uint64_t linkid, struct tree_entry *ret) {
 
 /* Finds name in directory dir. Returns 0 and the child's ino + record;
  * -ENOENT when absent. Materializes base entries. */
-static int child_get(struct ctx *c, uint64_t dir, const struct ino_rec *drec, const char *name,
-                     uint64_t *ret_ino, struct ino_rec *ret) {
+int ws_child_get(struct ctx *c, uint64_t dir, const struct ino_rec *drec, const char *name,
+                 uint64_t *ret_ino, struct ino_rec *ret) {
         size_t nl = strlen(name);
         uint64_t h = ctx_name_hash(c, name, nl);
         uint8_t k[24 + NTFS_NAME_MAX];
-        size_t kl = dent_key(k, c->wsid, dir, h, name, nl);
+        size_t kl = ws_dent_key(k, c->wsid, dir, h, name, nl);
         MDB_val v;
         int r = db_get(c->st, c->st->dent, k, kl, &v);
         if (r == 0) {
@@ -486,7 +413,7 @@ static int child_get(struct ctx *c, uint64_t dir, const struct ino_rec *drec, co
                                 return r;
                         ino_from_entry(&le, &rec);
                         rec.linkid = e.linkid;
-                        ino = ino_alloc(c, dir);
+                        ino = ws_ino_alloc(c, dir);
                         if ((r = ino_put(c->st, c->wsid, ino, &rec)) < 0)
                                 return r;
                         if ((r = db_put(c->st, c->st->lmap, lk, 16, &ino, 8)) < 0)
@@ -496,7 +423,7 @@ static int child_get(struct ctx *c, uint64_t dir, const struct ino_rec *drec, co
         } else {
                 ino_from_entry(&e, &rec);
                 rec.parent = dir;
-                ino = ino_alloc(c, dir);
+                ino = ws_ino_alloc(c, dir);
                 if ((r = ino_put(c->st, c->wsid, ino, &rec)) < 0)
                         return r;
         }
@@ -508,108 +435,12 @@ static int child_get(struct ctx *c, uint64_t dir, const struct ino_rec *drec, co
         return 0;
 }
 
-/* Does the base tree of dir hold name? (then removal needs a whiteout) */
-static int base_has(struct ctx *c, const struct ino_rec *drec, const char *name, bool *ret) {
-        *ret = false;
-        if (base_empty(c, &drec->base))
-                return 0;
-        MDB_val v;
-        int r = obj_get_typed(c->st, &drec->base, OBJ_TREE, &v);
-        if (r < 0)
-                return r;
-        struct tree_view tv;
-        if ((r = tree_view_init(&tv, v.mv_data, v.mv_size)) < 0)
-                return r;
-        size_t nl = strlen(name);
-        uint64_t h = ctx_name_hash(c, name, nl);
-        uint32_t i = tree_view_seek(&tv, h, name, nl);
-        if (i < tv.count) {
-                struct tree_entry e;
-                if ((r = tree_view_get(&tv, i, &e)) < 0)
-                        return r;
-                *ret = e.h == h && e.namelen == nl && memcmp(e.name, name, nl) == 0;
-        }
-        return 0;
-}
-
-static int dent_set(struct ctx *c, uint64_t dir, const char *name, uint64_t ino, uint32_t mode) {
+int ws_dent_set(struct ctx *c, uint64_t dir, const char *name, uint64_t ino, uint32_t mode) {
         size_t nl = strlen(name);
         uint8_t k[24 + NTFS_NAME_MAX];
-        size_t kl = dent_key(k, c->wsid, dir, ctx_name_hash(c, name, nl), name, nl);
+        size_t kl = ws_dent_key(k, c->wsid, dir, ctx_name_hash(c, name, nl), name, nl);
         struct dent_val dv = { .ino = ino, .mode = mode };
         return db_put(c->st, c->st->dent, k, kl, &dv, sizeof dv);
-}
-
-/* child_get for a removal (unlink, rmdir). When dir has no base tree,
- * the entry can only be the overlay's record, and *ret_cur is a cursor
- * left on it for dent_remove_at (to close with mdb_cursor_close before the
- * store is left; NULL otherwise): the entry is found once, not twice. */
-static int child_get_at(struct ctx *c, uint64_t dir, const struct ino_rec *drec, const char *name,
-                        uint64_t *ret_ino, struct ino_rec *ret, MDB_cursor **ret_cur) {
-        *ret_cur = NULL;
-        if (!base_empty(c, &drec->base))
-                return child_get(c, dir, drec, name, ret_ino, ret);
-        size_t nl = strlen(name);
-        uint8_t k[24 + NTFS_NAME_MAX];
-        size_t kl = dent_key(k, c->wsid, dir, ctx_name_hash(c, name, nl), name, nl);
-        MDB_val v;
-        MDB_cursor *cur;
-        int r = db_get_at(c->st, c->st->dent, k, kl, &v, &cur);
-        if (r < 0)
-                return r;
-        struct dent_val dv;
-        if (v.mv_size != sizeof dv)
-                r = -NTFS_ECORRUPT;
-        else {
-                memcpy(&dv, v.mv_data, sizeof dv);
-                r = dv.ino == 0 ? -ENOENT : ino_get(c->st, c->wsid, dv.ino, ret);
-        }
-        if (r < 0) {
-                mdb_cursor_close(cur);
-                return r;
-        }
-        *ret_ino = dv.ino;
-        *ret_cur = cur;
-        return 0;
-}
-
-/* Removes name from dir: a whiteout when the base has it, else deletion
- * (where *cur stands, when child_get_at left one there; it is closed and
- * *cur set to NULL). */
-static int dent_remove_at(struct ctx *c, uint64_t dir, const struct ino_rec *drec, const char *name,
-                          MDB_cursor **cur) {
-        if (cur && *cur) {
-                int r = db_cursor_del(c->st, *cur);
-                mdb_cursor_close(*cur);
-                *cur = NULL;
-                return r;
-        }
-        bool in_base;
-        int r = base_has(c, drec, name, &in_base);
-        if (r < 0)
-                return r;
-        if (in_base)
-                return dent_set(c, dir, name, 0, 0);
-        size_t nl = strlen(name);
-        uint8_t k[24 + NTFS_NAME_MAX];
-        size_t kl = dent_key(k, c->wsid, dir, ctx_name_hash(c, name, nl), name, nl);
-        r = db_del(c->st, c->st->dent, k, kl);
-        return r == -ENOENT ? 0 : r;
-}
-
-static int dent_remove(struct ctx *c, uint64_t dir, const struct ino_rec *drec, const char *name) {
-        return dent_remove_at(c, dir, drec, name, NULL);
-}
-
-static int dir_get(struct ctx *c, uint64_t ino, struct ino_rec *ret) {
-        int r = ino_get(c->st, c->wsid, ino, ret);
-        if (r < 0)
-                return r;
-        if (!S_ISDIR(ret->mode))
-                return -ENOTDIR;
-        if (ret->nlink == 0)
-                return -ENOENT;
-        return 0;
 }
 
 /* ---- public: handles ---------------------------------------------------------------- */
@@ -838,13 +669,13 @@ int ntfs_ws_lookup(ntfs_ws *ws, uint64_t parent, const char *name, struct ntfs_a
                 r = -ENAMETOOLONG;
         if (r == 0)
                 r = dir_get(&c, parent, &d);
-        if (r == 0 && !name_ok(name))
+        if (r == 0 && !ws_name_ok(name))
                 r = -ENOENT;
         if (r == 0)
-                r = child_get(&c, parent, &d, name, &ino, &rec);
+                r = ws_child_get(&c, parent, &d, name, &ino, &rec);
         if (r == 0)
-                attr_from(ino, &rec, ret);
-        return ctx_leave(&c, r);
+                ws_attr_from(ino, &rec, ret);
+        return ws_ctx_leave(&c, r);
 }
 
 int ntfs_ws_getattr(ntfs_ws *ws, uint64_t ino, struct ntfs_attr *ret) {
@@ -855,8 +686,8 @@ int ntfs_ws_getattr(ntfs_ws *ws, uint64_t ino, struct ntfs_attr *ret) {
         struct ino_rec rec;
         r = ino_get(c.st, c.wsid, ino, &rec);
         if (r == 0)
-                attr_from(ino, &rec, ret);
-        return ctx_leave(&c, r);
+                ws_attr_from(ino, &rec, ret);
+        return ws_ctx_leave(&c, r);
 }
 
 /* ---- file content ------------------------------------------------------------------------ */
@@ -968,7 +799,7 @@ static int chunk_write(struct ctx *c, uint64_t ino, const struct ino_rec *rec, u
  * writes cannot eat through the reserve between two looks. The reserve
  * keeps LMDB's commits (and so the writes already acknowledged) from ever
  * meeting a full disk. */
-static int check_space(struct ctx *c, uint64_t n) {
+int ws_check_space(struct ctx *c, uint64_t n) {
         ntfs_store *st = c->st;
         st->bytes_since_space_check += n;
         if (++st->ops_since_space_check < 64 && st->bytes_since_space_check < (4u << 20) && !st->low_space)
@@ -1096,7 +927,7 @@ ssize_t ntfs_ws_read(ntfs_ws *ws, uint64_t ino, void *buf, size_t size, uint64_t
         /* copies only the asked-for bytes, straight from the maps */
         uint8_t *at = buf;
         size_t done;
-        r = ctx_leave(&c, read_pieces(&c, ino, size, off, copy_piece, &at, &done));
+        r = ws_ctx_leave(&c, read_pieces(&c, ino, size, off, copy_piece, &at, &done));
         return r < 0 ? r : (ssize_t)done;
 }
 
@@ -1142,7 +973,7 @@ int ntfs_ws_read_iov(ntfs_ws *ws, uint64_t ino, size_t size, uint64_t off,
          * commit or unmap is it copied under the lock, as before. */
         if (r == 0 && store_copy_begin(c.st)) {
                 ntfs_store *st = c.st;
-                r = ctx_leave(&c, 0);
+                r = ws_ctx_leave(&c, 0);
                 if (r == 0)
                         r = fn(v.iov, v.n, done, ud);
                 store_copy_end(st);
@@ -1150,7 +981,7 @@ int ntfs_ws_read_iov(ntfs_ws *ws, uint64_t ino, size_t size, uint64_t off,
         }
         if (r == 0)
                 r = fn(v.iov, v.n, done, ud);
-        return ctx_leave(&c, r);
+        return ws_ctx_leave(&c, r);
 }
 
 ssize_t ntfs_ws_write(ntfs_ws *ws, uint64_t ino, const void *buf, size_t size, uint64_t off, bool append) {
@@ -1169,7 +1000,7 @@ ssize_t ntfs_ws_write(ntfs_ws *ws, uint64_t ino, const void *buf, size_t size, u
         if (r == 0 && (off > (1ull << 50) || size > (1ull << 50) - off))
                 r = -EFBIG;
         if (r == 0)
-                r = check_space(&c, size);
+                r = ws_check_space(&c, size);
         uint64_t end = off + size;
         if (r == 0 && end > rec.size)
                 r = quota_bytes(&c, rec.size, end);
@@ -1195,11 +1026,11 @@ ssize_t ntfs_ws_write(ntfs_ws *ws, uint64_t ino, const void *buf, size_t size, u
         }
         if (r == 0) {
                 rec.mtime = rec.ctime = now_ns();
-                r = mark_dirty(&c, ino, &rec);
+                r = ws_mark_dirty(&c, ino, &rec);
         }
         if (r == 0)
                 data_changed(&c, ino);
-        r = ctx_leave(&c, r);
+        r = ws_ctx_leave(&c, r);
         return r < 0 ? r : (ssize_t)done;
 }
 
@@ -1219,17 +1050,17 @@ int ntfs_ws_fallocate(ntfs_ws *ws, uint64_t ino, int mode, uint64_t off, uint64_
         if (r == 0 && !(mode & FALLOC_FL_KEEP_SIZE) && off + len > rec.size) {
                 /* Space is not reserved (content is stored on write), but the
                  * quota and free disk are checked for the new size. */
-                r = check_space(&c, 0);
+                r = ws_check_space(&c, 0);
                 if (r == 0)
                         r = do_truncate(&c, ino, &rec, off + len);
                 if (r == 0) {
                         rec.ctime = now_ns();
-                        r = mark_dirty(&c, ino, &rec);
+                        r = ws_mark_dirty(&c, ino, &rec);
                 }
                 if (r == 0)
                         data_changed(&c, ino);
         }
-        return ctx_leave(&c, r);
+        return ws_ctx_leave(&c, r);
 }
 
 /* ---- setattr ---------------------------------------------------------------------------- */
@@ -1280,910 +1111,11 @@ int ntfs_ws_setattr(ntfs_ws *ws, uint64_t ino, const struct ntfs_attr *in, unsig
                 if (only_atime)
                         r = ino_put(c.st, c.wsid, ino, &rec);
                 else
-                        r = mark_dirty(&c, ino, &rec);
+                        r = ws_mark_dirty(&c, ino, &rec);
         }
         if (r == 0)
-                attr_from(ino, &rec, ret);
-        return ctx_leave(&c, r);
-}
-
-/* ---- namespace ------------------------------------------------------------------------------ */
-
-static int quota_inode(struct ctx *c) {
-        if (!c->ws->session)
-                return 0;
-        if (c->sr.quota_inodes && c->sr.inodes + 1 > c->sr.quota_inodes)
-                return -EDQUOT;
-        return 0;
-}
-
-static int create_node(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t mode, uint64_t rdev,
-                       uint32_t uid, uint32_t gid, const char *target, struct ntfs_attr *ret) {
-        struct ctx c;
-        int r = ctx_enter(ws, &c, true);
-        if (r < 0)
-                return r;
-        struct ino_rec d, existing;
-        uint64_t eino;
-        r = check_name(name);
-        if (r == 0)
-                r = dir_get(&c, parent, &d);
-        if (r == 0) {
-                r = child_get(&c, parent, &d, name, &eino, &existing);
-                if (r == 0)
-                        r = -EEXIST;
-                else if (r == -ENOENT)
-                        r = 0;
-        }
-        if (r == 0)
-                r = quota_inode(&c);
-        if (r == 0)
-                r = check_space(&c, 0);
-        struct ino_rec rec = { 0 };
-        uint64_t ino = 0;
-        if (r == 0) {
-                int64_t now = now_ns();
-                rec.mode = mode;
-                rec.uid = uid;
-                rec.gid = gid;
-                rec.rdev = rdev;
-                rec.nlink = S_ISDIR(mode) ? 2 : 1;
-                rec.atime = rec.mtime = rec.ctime = now;
-                rec.parent = parent;
-                if (target) {
-                        size_t tl = strlen(target);
-                        _cleanup_free_ uint8_t *blob = malloc(tl + 1);
-                        if (!blob)
-                                r = -ENOMEM;
-                        else {
-                                blob[0] = OBJ_BLOB;
-                                memcpy(blob + 1, target, tl);
-                                r = obj_put(c.st, blob, tl + 1, &rec.base);
-                                rec.size = tl;
-                        }
-                }
-                if (r == 0 && S_ISDIR(mode)) {
-                        /* an empty directory's base is the empty tree */
-                        r = obj_put(c.st, obj_empty_tree, sizeof obj_empty_tree, &rec.base);
-                }
-                if (r == 0 && S_ISREG(mode)) {
-                        /* the empty file object, put once (its hash is
-                         * known; obj_put would hash it every time) */
-                        if (!c.st->empty_file_ok &&
-                            (r = obj_put(c.st, obj_empty_file, sizeof obj_empty_file, &rec.base)) == 0)
-                                c.st->empty_file_ok = true;
-                        rec.base = c.st->empty_file;
-                }
-                ino = ino_alloc(&c, parent);
-        }
-        if (r == 0)
-                r = NTFS_FAULT("store.create");
-        if (r == 0) /* writes rec, with DIRTY set */
-                r = mark_dirty(&c, ino, &rec);
-        if (r == 0)
-                r = dent_set(&c, parent, name, ino, mode);
-        if (r == 0) {
-                if ((r = ino_get(c.st, c.wsid, parent, &d)) == 0) {
-                        d.mtime = d.ctime = rec.ctime;
-                        if (S_ISDIR(mode))
-                                d.nlink++;
-                        r = mark_dirty(&c, parent, &d);
-                }
-        }
-        if (r == 0 && c.ws->session) {
-                c.sr.inodes++;
-                c.sr_changed = true;
-        }
-        if (r == 0)
-                attr_from(ino, &rec, ret);
-        return ctx_leave(&c, r);
-}
-
-int ntfs_ws_mknod(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t mode, uint64_t rdev, uint32_t uid,
-                  uint32_t gid, struct ntfs_attr *ret) {
-        if (!(S_ISREG(mode) || S_ISFIFO(mode) || S_ISSOCK(mode) || S_ISCHR(mode) || S_ISBLK(mode)))
-                return -EINVAL;
-        if (!S_ISCHR(mode) && !S_ISBLK(mode))
-                rdev = 0;
-        return create_node(ws, parent, name, mode, rdev, uid, gid, NULL, ret);
-}
-
-int ntfs_ws_mkdir(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
-                  struct ntfs_attr *ret) {
-        return create_node(ws, parent, name, S_IFDIR | (mode & 07777), 0, uid, gid, NULL, ret);
-}
-
-int ntfs_ws_symlink(ntfs_ws *ws, uint64_t parent, const char *name, const char *target, uint32_t uid,
-                    uint32_t gid, struct ntfs_attr *ret) {
-        size_t tl = strnlen(target, 4097);
-        if (tl == 0)
-                return -ENOENT;
-        if (tl > 4095)
-                return -ENAMETOOLONG;
-        return create_node(ws, parent, name, S_IFLNK | 0777, 0, uid, gid, target, ret);
-}
-
-ssize_t ntfs_ws_readlink(ntfs_ws *ws, uint64_t ino, char *buf, size_t size) {
-        struct ctx c;
-        int r = ctx_enter(ws, &c, false);
-        if (r < 0)
-                return r;
-        struct ino_rec rec;
-        ssize_t n = 0;
-        r = ino_get(c.st, c.wsid, ino, &rec);
-        if (r == 0 && !S_ISLNK(rec.mode))
-                r = -EINVAL;
-        MDB_val v;
-        if (r == 0)
-                r = obj_get_typed(c.st, &rec.base, OBJ_BLOB, &v);
-        if (r == 0) {
-                size_t len = v.mv_size - 1;
-                if (len > size)
-                        len = size;
-                memcpy(buf, (const uint8_t *)v.mv_data + 1, len);
-                n = (ssize_t)len;
-        }
-        r = ctx_leave(&c, r);
-        return r < 0 ? r : n;
-}
-
-/* Frees an inode that has no names left (content, xattrs, record). */
-static int ino_free(struct ctx *c, uint64_t ino, const struct ino_rec *rec) {
-        uint8_t k[16];
-        key2(k, c->wsid, ino);
-        int r = chunks_drop(c->st, c->wsid, ino, 0);
-        /* xattr rows exist only once materialized, dlink rows only for
-         * hard-link group members */
-        if (r >= 0 && (rec->flags & INO_XMAT))
-                r = db_del_prefix(c->st, c->st->xattr, k, 16);
-        if (r >= 0 && S_ISDIR(rec->mode))
-                r = db_del_prefix(c->st, c->st->dent, k, 16);
-        if (r >= 0 && rec->linkid) {
-                r = db_del(c->st, c->st->dlink, k, 16);
-                if (r == -ENOENT)
-                        r = 0;
-        }
-        if (r >= 0) {
-                r = db_del(c->st, c->st->orph, k, 16);
-                if (r == -ENOENT)
-                        r = 0;
-        }
-        if (r >= 0 && rec->linkid) {
-                uint8_t lk[16];
-                key2(lk, c->wsid, rec->linkid);
-                r = db_del(c->st, c->st->lmap, lk, 16);
-                if (r == -ENOENT)
-                        r = 0;
-                /* the group leaves the link table at the next checkpoint */
-                if (r == 0)
-                        r = db_put(c->st, c->st->dlink, k, 16, "", 0);
-                if (r == 0) {
-                        struct ino_rec dead = *rec;
-                        dead.nlink = 0;
-                        dead.flags |= INO_DIRTY;
-                        return ino_put(c->st, c->wsid, ino, &dead);
-                }
-        }
-        if (r >= 0)
-                r = ino_del(c->st, c->wsid, ino);
-        return r < 0 ? r : 0;
-}
-
-/* Drops one name of a non-directory. The inode is freed when its last name
- * goes, unless the kernel may still use it (then it is an orphan, freed on
- * forget or at the next open). */
-static int drop_link(struct ctx *c, uint64_t ino, struct ino_rec *rec) {
-        rec->nlink--;
-        rec->ctime = now_ns();
-        int r;
-        if (rec->nlink == 1 && rec->linkid && (rec->flags & INO_ONEDIR)) {
-                /* The group's last name is in `parent` and no link table
-                 * holds the group: a plain inode again (git's link() +
-                 * unlink() of every object it writes). Its directory entry
-                 * is a plain one from here on; mark_dirty marks the
-                 * directory. */
-                uint8_t k[16];
-                key2(k, c->wsid, rec->linkid);
-                r = db_del(c->st, c->st->lmap, k, 16);
-                key2(k, c->wsid, ino);
-                if (r == 0 || r == -ENOENT)
-                        r = db_del(c->st, c->st->dlink, k, 16);
-                if (r < 0 && r != -ENOENT)
-                        return r;
-                rec->linkid = 0;
-                rec->flags &= ~(uint32_t)INO_ONEDIR;
-        }
-        if (rec->nlink > 0)
-                return mark_dirty(c, ino, rec);
-        if (c->ws->session) {
-                c->sr.inodes--;
-                if (S_ISREG(rec->mode))
-                        c->sr.bytes -= rec->size;
-                c->sr_changed = true;
-        }
-        if (rec->linkid) {
-                if ((r = mark_dirty(c, ino, rec)) < 0)
-                        return r;
-        } else if ((r = ino_put(c->st, c->wsid, ino, rec)) < 0)
-                return r;
-        uint8_t k[16];
-        key2(k, c->wsid, ino);
-        return db_put(c->st, c->st->orph, k, 16, "", 0);
-}
-
-static int dir_is_empty(struct ctx *c, uint64_t ino, const struct ino_rec *rec, bool *ret);
-
-/* A removal's checks have passed: tells the caller (ntfs_ws_unlink_then).
- * The fault point stands for a record write that fails after that: it
- * breaks the batch as a failed LMDB write does. */
-static int removal_checked(struct ctx *c, void (*checked)(void *), void *arg) {
-        if (checked) {
-                checked(arg);
-                store_hold_brief(c->st);
-        }
-        int r = NTFS_FAULT("store.remove");
-        if (r < 0)
-                c->st->txn_broken = true;
-        return r;
-}
-
-int ntfs_ws_unlink(ntfs_ws *ws, uint64_t parent, const char *name) {
-        return ntfs_ws_unlink_then(ws, parent, name, NULL, NULL);
-}
-
-int ntfs_ws_unlink_then(ntfs_ws *ws, uint64_t parent, const char *name, void (*checked)(void *), void *arg) {
-        struct ctx c;
-        int r = ctx_enter(ws, &c, true);
-        if (r < 0)
-                return r;
-        struct ino_rec d, rec;
-        uint64_t ino;
-        MDB_cursor *at = NULL;
-        r = check_name(name);
-        if (r == 0)
-                r = dir_get(&c, parent, &d);
-        if (r == 0)
-                r = child_get_at(&c, parent, &d, name, &ino, &rec, &at);
-        if (r == 0 && S_ISDIR(rec.mode))
-                r = -EISDIR;
-        if (r == 0)
-                r = NTFS_FAULT("store.unlink");
-        if (r == 0)
-                r = removal_checked(&c, checked, arg);
-        if (r == 0)
-                r = dent_remove_at(&c, parent, &d, name, &at);
-        if (at) /* not reached the removal */
-                mdb_cursor_close(at);
-        if (r == 0)
-                r = drop_link(&c, ino, &rec);
-        if (r == 0 && (r = ino_get(c.st, c.wsid, parent, &d)) == 0) {
-                d.mtime = d.ctime = now_ns();
-                r = mark_dirty(&c, parent, &d);
-        }
-        return ctx_leave(&c, r);
-}
-
-int ntfs_ws_rmdir(ntfs_ws *ws, uint64_t parent, const char *name) {
-        return ntfs_ws_rmdir_then(ws, parent, name, NULL, NULL);
-}
-
-int ntfs_ws_rmdir_then(ntfs_ws *ws, uint64_t parent, const char *name, void (*checked)(void *), void *arg) {
-        struct ctx c;
-        int r = ctx_enter(ws, &c, true);
-        if (r < 0)
-                return r;
-        struct ino_rec d, rec;
-        uint64_t ino;
-        bool empty = false;
-        r = strcmp(name, ".") == 0 ? -EINVAL : strcmp(name, "..") == 0 ? -ENOTEMPTY : check_name(name);
-        if (r == 0)
-                r = dir_get(&c, parent, &d);
-        MDB_cursor *at = NULL;
-        if (r == 0)
-                r = child_get_at(&c, parent, &d, name, &ino, &rec, &at);
-        if (r == 0 && !S_ISDIR(rec.mode))
-                r = -ENOTDIR;
-        if (r == 0)
-                r = dir_is_empty(&c, ino, &rec, &empty);
-        if (r == 0 && !empty)
-                r = -ENOTEMPTY;
-        if (r == 0)
-                r = removal_checked(&c, checked, arg);
-        if (r == 0)
-                r = dent_remove_at(&c, parent, &d, name, &at);
-        if (at) /* not reached the removal */
-                mdb_cursor_close(at);
-        if (r == 0) {
-                rec.nlink = 0;
-                rec.ctime = now_ns();
-                uint8_t k[16];
-                key2(k, c.wsid, ino);
-                r = db_del_prefix(c.st, c.st->dent, k, 16);
-                if (r >= 0)
-                        r = ino_put(c.st, c.wsid, ino, &rec);
-                if (r >= 0)
-                        r = db_put(c.st, c.st->orph, k, 16, "", 0);
-        }
-        if (r == 0 && (r = ino_get(c.st, c.wsid, parent, &d)) == 0) {
-                d.nlink--;
-                d.mtime = d.ctime = now_ns();
-                r = mark_dirty(&c, parent, &d);
-        }
-        if (r == 0 && c.ws->session) {
-                c.sr.inodes--;
-                c.sr_changed = true;
-        }
-        return ctx_leave(&c, r);
-}
-
-int ntfs_ws_link(ntfs_ws *ws, uint64_t ino, uint64_t newparent, const char *newname, struct ntfs_attr *ret) {
-        struct ctx c;
-        int r = ctx_enter(ws, &c, true);
-        if (r < 0)
-                return r;
-        struct ino_rec rec, d, ex;
-        uint64_t eino;
-        r = check_name(newname);
-        if (r == 0)
-                r = ino_get(c.st, c.wsid, ino, &rec);
-        if (r == 0 && S_ISDIR(rec.mode))
-                r = -EPERM;
-        if (r == 0 && rec.nlink == 0)
-                r = -ENOENT;
-        if (r == 0 && rec.nlink >= 65000)
-                r = -EMLINK;
-        if (r == 0)
-                r = dir_get(&c, newparent, &d);
-        if (r == 0) {
-                r = child_get(&c, newparent, &d, newname, &eino, &ex);
-                r = r == 0 ? -EEXIST : r == -ENOENT ? 0 : r;
-        }
-        if (r == 0 && rec.linkid == 0) {
-                /* The file joins a hard-link group: its entry in its
-                 * current directory becomes a reference to the group. */
-                if (!c.ws->session)
-                        r = -EROFS;
-                else {
-                        if (rec.parent && rec.parent == newparent)
-                                rec.flags |= INO_ONEDIR;
-                        rec.linkid = c.sr.next_linkid++;
-                        c.sr_changed = true;
-                        uint8_t lk[16];
-                        key2(lk, c.wsid, rec.linkid);
-                        r = db_put(c.st, c.st->lmap, lk, 16, &ino, 8);
-                        struct ino_rec p;
-                        if (r == 0 && rec.parent && (r = ino_get(c.st, c.wsid, rec.parent, &p)) == 0)
-                                r = mark_dirty(&c, rec.parent, &p);
-                }
-        }
-        if (r == 0) {
-                if (newparent != rec.parent)
-                        rec.flags &= ~(uint32_t)INO_ONEDIR; /* names in two directories */
-                rec.nlink++;
-                rec.ctime = now_ns();
-                r = mark_dirty(&c, ino, &rec);
-        }
-        if (r == 0)
-                r = dent_set(&c, newparent, newname, ino, rec.mode);
-        if (r == 0 && (r = ino_get(c.st, c.wsid, newparent, &d)) == 0) {
-                d.mtime = d.ctime = now_ns();
-                r = mark_dirty(&c, newparent, &d);
-        }
-        if (r == 0)
-                attr_from(ino, &rec, ret);
-        return ctx_leave(&c, r);
-}
-
-/* Is a an ancestor of (or equal to) b? */
-static int is_ancestor(struct ctx *c, uint64_t a, uint64_t b, bool *ret) {
-        *ret = false;
-        for (int depth = 0; b && depth < 100000; depth++) {
-                if (a == b) {
-                        *ret = true;
-                        return 0;
-                }
-                struct ino_rec r;
-                int rc = ino_get(c->st, c->wsid, b, &r);
-                if (rc < 0)
-                        return rc;
-                b = r.parent;
-        }
-        return 0;
-}
-
-static int touch_dir(struct ctx *c, uint64_t dir, int nlink_delta) {
-        struct ino_rec d;
-        int r = ino_get(c->st, c->wsid, dir, &d);
-        if (r < 0)
-                return r;
-        d.nlink = (uint32_t)((int)d.nlink + nlink_delta);
-        d.mtime = d.ctime = now_ns();
-        return mark_dirty(c, dir, &d);
-}
-
-int ntfs_ws_rename(ntfs_ws *ws, uint64_t parent, const char *name, uint64_t newparent, const char *newname,
-                   unsigned flags) {
-        if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE))
-                return -EINVAL;
-        if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))
-                return -EINVAL;
-        struct ctx c;
-        int r = ctx_enter(ws, &c, true);
-        if (r < 0)
-                return r;
-        struct ino_rec pd, nd, src, dst;
-        uint64_t sino = 0, dino = 0;
-        bool have_dst = false;
-        r = check_name(name);
-        if (r == 0)
-                r = check_name(newname);
-        if (r == 0)
-                r = dir_get(&c, parent, &pd);
-        if (r == 0)
-                r = dir_get(&c, newparent, &nd);
-        if (r == 0)
-                r = child_get(&c, parent, &pd, name, &sino, &src);
-        if (r == 0) {
-                r = child_get(&c, newparent, &nd, newname, &dino, &dst);
-                if (r == 0)
-                        have_dst = true;
-                else if (r == -ENOENT)
-                        r = 0;
-        }
-        if (r == 0 && have_dst && (flags & RENAME_NOREPLACE))
-                r = -EEXIST;
-        if (r == 0 && !have_dst && (flags & RENAME_EXCHANGE))
-                r = -ENOENT;
-        if (r < 0)
-                return ctx_leave(&c, r);
-        if (have_dst && dino == sino) /* same inode: nothing to do */
-                return ctx_leave(&c, 0);
-        /* A directory may not move into itself or its own subtree. */
-        bool loop = false;
-        if (S_ISDIR(src.mode) && (r = is_ancestor(&c, sino, newparent, &loop)) == 0 && loop)
-                r = -EINVAL;
-        if (r == 0 && have_dst && (flags & RENAME_EXCHANGE) && S_ISDIR(dst.mode) &&
-            (r = is_ancestor(&c, dino, parent, &loop)) == 0 && loop)
-                r = -EINVAL;
-        if (r < 0)
-                return ctx_leave(&c, r);
-
-        if (flags & RENAME_EXCHANGE) {
-                r = dent_set(&c, parent, name, dino, dst.mode);
-                if (r == 0)
-                        r = dent_set(&c, newparent, newname, sino, src.mode);
-                if (r == 0 && parent != newparent && S_ISDIR(src.mode) != S_ISDIR(dst.mode)) {
-                        int delta = S_ISDIR(src.mode) ? 1 : -1;
-                        if ((r = touch_dir(&c, newparent, delta)) == 0)
-                                r = touch_dir(&c, parent, -delta);
-                } else if (r == 0) {
-                        if ((r = touch_dir(&c, parent, 0)) == 0 && parent != newparent)
-                                r = touch_dir(&c, newparent, 0);
-                }
-                if (r == 0 && (r = ino_get(c.st, c.wsid, sino, &src)) == 0) {
-                        if (!src.linkid)
-                                src.parent = newparent;
-                        else if (parent != newparent)
-                                src.flags &= ~(uint32_t)INO_ONEDIR;
-                        src.ctime = now_ns();
-                        r = mark_dirty(&c, sino, &src);
-                }
-                if (r == 0 && (r = ino_get(c.st, c.wsid, dino, &dst)) == 0) {
-                        if (!dst.linkid)
-                                dst.parent = parent;
-                        else if (parent != newparent)
-                                dst.flags &= ~(uint32_t)INO_ONEDIR;
-                        dst.ctime = now_ns();
-                        r = mark_dirty(&c, dino, &dst);
-                }
-                return ctx_leave(&c, r);
-        }
-
-        if (have_dst) {
-                if (S_ISDIR(src.mode) && !S_ISDIR(dst.mode))
-                        r = -ENOTDIR;
-                else if (!S_ISDIR(src.mode) && S_ISDIR(dst.mode))
-                        r = -EISDIR;
-                else if (S_ISDIR(dst.mode)) {
-                        bool empty;
-                        r = dir_is_empty(&c, dino, &dst, &empty);
-                        if (r == 0 && !empty)
-                                r = -ENOTEMPTY;
-                        if (r == 0) {
-                                uint8_t k[16];
-                                key2(k, c.wsid, dino);
-                                r = db_del_prefix(c.st, c.st->dent, k, 16);
-                                dst.nlink = 0;
-                                if (r >= 0)
-                                        r = ino_put(c.st, c.wsid, dino, &dst);
-                                if (r >= 0)
-                                        r = db_put(c.st, c.st->orph, k, 16, "", 0);
-                                if (r == 0)
-                                        r = touch_dir(&c, newparent, -1);
-                                if (r == 0 && c.ws->session) {
-                                        c.sr.inodes--;
-                                        c.sr_changed = true;
-                                }
-                        }
-                } else
-                        r = drop_link(&c, dino, &dst);
-        }
-        if (r == 0 && (r = ino_get(c.st, c.wsid, parent, &pd)) == 0)
-                r = dent_remove(&c, parent, &pd, name);
-        if (r == 0)
-                r = dent_set(&c, newparent, newname, sino, src.mode);
-        if (r == 0) {
-                int delta = S_ISDIR(src.mode) && parent != newparent ? 1 : 0;
-                r = touch_dir(&c, parent, -delta);
-                if (r == 0 && parent != newparent)
-                        r = touch_dir(&c, newparent, delta);
-        }
-        if (r == 0 && (r = ino_get(c.st, c.wsid, sino, &src)) == 0) {
-                if (!src.linkid)
-                        src.parent = newparent;
-                else if (parent != newparent)
-                        src.flags &= ~(uint32_t)INO_ONEDIR;
-                src.ctime = now_ns();
-                r = mark_dirty(&c, sino, &src);
-        }
-        return ctx_leave(&c, r);
-}
-
-/* ---- readdir -------------------------------------------------------------------------------- */
-
-struct rd_item {
-        uint64_t h;
-        uint64_t ino; /* the overlay's entry: its inode; 0: the base tree's, not yet materialized */
-        uint32_t mode;
-        char name[NTFS_NAME_MAX + 1];
-};
-
-/* Collects up to max live entries of dir with hash >= from, in order. */
-static int dir_collect(struct ctx *c, uint64_t dir, const struct ino_rec *drec, uint64_t from,
-                       struct rd_item *items, size_t max, size_t *ret_n) {
-        size_t n = 0;
-        int r;
-        struct tree_view tv = { 0 };
-        uint32_t ti = 0;
-        if (!base_empty(c, &drec->base)) {
-                MDB_val v;
-                if ((r = obj_get_typed(c->st, &drec->base, OBJ_TREE, &v)) < 0)
-                        return r;
-                if ((r = tree_view_init(&tv, v.mv_data, v.mv_size)) < 0)
-                        return r;
-                ti = tree_view_seek(&tv, from, "", 0);
-        }
-        MDB_cursor *cur;
-        int rc = mdb_cursor_open(c->st->txn, c->st->dent, &cur);
-        if (rc)
-                return lmdb_err(rc);
-        uint8_t k0[24];
-        dent_key(k0, c->wsid, dir, from, "", 0);
-        MDB_val k = { 24, k0 }, v;
-        rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-        bool ov = rc == 0 && k.mv_size >= 24 && memcmp(k.mv_data, k0, 16) == 0;
-        r = 0;
-        while (n < max) {
-                struct tree_entry te;
-                bool tb = ti < tv.count;
-                if (tb && (r = tree_view_get(&tv, ti, &te)) < 0)
-                        break;
-                if (!tb && !ov)
-                        break;
-                int cmp;
-                const uint8_t *kd = ov ? k.mv_data : NULL;
-                uint64_t oh = ov ? ntfs_get_be64(kd + 16) : 0;
-                const char *on = ov ? (const char *)kd + 24 : NULL;
-                size_t onl = ov ? k.mv_size - 24 : 0;
-                if (!ov)
-                        cmp = -1;
-                else if (!tb)
-                        cmp = 1;
-                else
-                        cmp = entry_cmp(te.h, te.name, te.namelen, oh, on, onl);
-                if (cmp < 0) {
-                        items[n].h = te.h;
-                        items[n].ino = 0;
-                        items[n].mode = 0;
-                        memcpy(items[n].name, te.name, te.namelen);
-                        items[n].name[te.namelen] = 0;
-                        n++;
-                        ti++;
-                        continue;
-                }
-                /* overlay entry (cmp == 0: it replaces the base entry) */
-                if (v.mv_size == sizeof(struct dent_val) && onl <= NTFS_NAME_MAX) {
-                        struct dent_val dv;
-                        memcpy(&dv, v.mv_data, sizeof dv);
-                        if (dv.ino) {
-                                items[n].h = oh;
-                                items[n].ino = dv.ino;
-                                items[n].mode = dv.mode;
-                                memcpy(items[n].name, on, onl);
-                                items[n].name[onl] = 0;
-                                n++;
-                        }
-                }
-                if (cmp == 0)
-                        ti++;
-                rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
-                ov = rc == 0 && k.mv_size >= 24 && memcmp(k.mv_data, k0, 16) == 0;
-        }
-        mdb_cursor_close(cur);
-        *ret_n = n;
-        return r;
-}
-
-static int dir_is_empty(struct ctx *c, uint64_t ino, const struct ino_rec *rec, bool *ret) {
-        struct rd_item item;
-        size_t n;
-        int r = dir_collect(c, ino, rec, 0, &item, 1, &n);
-        if (r == 0)
-                *ret = n == 0;
-        return r;
-}
-
-#define RD_BATCH 64
-
-/* One listed entry's attributes (plus) or inode number and type. An
- * entry of the overlay names its inode: read directly, not looked up by
- * name a second time; without plus its directory entry's type is all that
- * is needed. A base tree's entry is materialized (stable inode numbers for
- * d_ino). */
-static int rd_attr(struct ctx *c, uint64_t dir, const struct ino_rec *drec, const struct rd_item *it,
-                   bool plus, struct ntfs_attr *ret) {
-        uint64_t cino = it->ino;
-        uint32_t type = it->mode & S_IFMT;
-        if (plus || !cino || !type) {
-                struct ino_rec rec;
-                int r;
-                if (cino)
-                        r = ino_get(c->st, c->wsid, cino, &rec);
-                else {
-                        ctx_name_known(c, it->name, strlen(it->name), it->h);
-                        r = child_get(c, dir, drec, it->name, &cino, &rec);
-                }
-                if (r < 0)
-                        return r;
-                attr_from(cino, &rec, ret);
-                if (plus)
-                        return 0;
-                type = ret->mode & S_IFMT;
-        }
-        memset(ret, 0, sizeof *ret);
-        ret->ino = cino;
-        ret->mode = type;
-        return 0;
-}
-
-int ntfs_ws_readdir(ntfs_ws *ws, uint64_t ino, uint64_t cookie, bool plus, size_t max,
-                    int (*cb)(const char *name, const struct ntfs_attr *attr, uint64_t next_cookie, void *),
-                    void *ud) {
-        _cleanup_free_ struct rd_item *items = malloc(RD_BATCH * sizeof *items);
-        _cleanup_free_ struct ntfs_attr *attrs = malloc(RD_BATCH * sizeof *attrs);
-        if (!items || !attrs)
-                return -ENOMEM;
-        size_t left = max ? max : SIZE_MAX;
-        while (left) {
-                size_t want = NTFS_MIN(left, (size_t)RD_BATCH);
-                struct ctx c;
-                int r = ctx_enter(ws, &c, false);
-                if (r < 0)
-                        return r;
-                struct ino_rec d;
-                size_t n = 0;
-                r = dir_get(&c, ino, &d);
-                if (r == 0)
-                        r = dir_collect(&c, ino, &d, cookie, items, want, &n);
-                for (size_t i = 0; r == 0 && i < n; i++)
-                        r = rd_attr(&c, ino, &d, &items[i], plus, &attrs[i]);
-                r = ctx_leave(&c, r);
-                if (r < 0)
-                        return r;
-                /* Call back without the store lock. */
-                for (size_t i = 0; i < n; i++) {
-                        if (cb(items[i].name, &attrs[i], items[i].h + 1, ud))
-                                return 0;
-                        cookie = items[i].h + 1;
-                }
-                if (n < want)
-                        return 0;
-                left -= n;
-        }
-        return 0;
-}
-
-/* ---- xattrs ----------------------------------------------------------------------------------- */
-
-/* Loads a base xattr set into the xattr db (once per inode). */
-static int xattr_materialize(struct ctx *c, uint64_t ino, struct ino_rec *rec) {
-        if (rec->flags & INO_XMAT)
-                return 0;
-        int r;
-        if (!ntfs_hash_is_zero(&rec->xattr)) {
-                MDB_val v;
-                if ((r = obj_get_typed(c->st, &rec->xattr, OBJ_XATTR, &v)) < 0)
-                        return r;
-                if ((r = object_check(v.mv_data, v.mv_size, NULL, NULL)) < 0)
-                        return r;
-                const uint8_t *p = (const uint8_t *)v.mv_data + 1;
-                uint32_t n = ntfs_get_be32(p);
-                p += 4;
-                for (uint32_t i = 0; i < n; i++) {
-                        uint16_t nl = (uint16_t)(p[0] << 8 | p[1]);
-                        const char *name = (const char *)p + 2;
-                        uint32_t vl = ntfs_get_be32(p + 2 + nl);
-                        const uint8_t *val = p + 6 + nl;
-                        uint8_t k[16 + 256];
-                        if (nl > 255)
-                                return -NTFS_ECORRUPT;
-                        key2(k, c->wsid, ino);
-                        memcpy(k + 16, name, nl);
-                        /* copy: the value points into the map, which the put may move */
-                        _cleanup_free_ uint8_t *copy = malloc(vl ? vl : 1);
-                        if (!copy)
-                                return -ENOMEM;
-                        memcpy(copy, val, vl);
-                        if ((r = db_put(c->st, c->st->xattr, k, 16 + nl, copy, vl)) < 0)
-                                return r;
-                        p = val + vl;
-                        /* re-fetch the object: LMDB pages may have moved */
-                        if (i + 1 < n) {
-                                size_t off = (size_t)(p - (const uint8_t *)v.mv_data);
-                                if ((r = obj_get_typed(c->st, &rec->xattr, OBJ_XATTR, &v)) < 0)
-                                        return r;
-                                p = (const uint8_t *)v.mv_data + off;
-                        }
-                }
-        }
-        rec->flags |= INO_XMAT;
-        return 0;
-}
-
-int ntfs_ws_setxattr(ntfs_ws *ws, uint64_t ino, const char *name, const void *value, size_t size, int flags) {
-        size_t nl = strnlen(name, 256);
-        if (nl == 0 || nl > 255)
-                return -ERANGE;
-        if (size > XATTR_VALUE_MAX)
-                return -E2BIG;
-        struct ctx c;
-        int r = ctx_enter(ws, &c, true);
-        if (r < 0)
-                return r;
-        struct ino_rec rec;
-        r = ino_get(c.st, c.wsid, ino, &rec);
-        if (r == 0)
-                r = xattr_materialize(&c, ino, &rec);
-        uint8_t k[16 + 256];
-        key2(k, c.wsid, ino);
-        memcpy(k + 16, name, nl);
-        if (r == 0) {
-                MDB_val v;
-                int e = db_get(c.st, c.st->xattr, k, 16 + nl, &v);
-                if (e < 0 && e != -ENOENT)
-                        r = e;
-                else if ((flags & XATTR_CREATE) && e == 0)
-                        r = -EEXIST;
-                else if ((flags & XATTR_REPLACE) && e == -ENOENT)
-                        r = -ENODATA;
-        }
-        if (r == 0)
-                r = db_put(c.st, c.st->xattr, k, 16 + nl, value, size);
-        if (r == 0) {
-                rec.ctime = now_ns();
-                r = mark_dirty(&c, ino, &rec);
-        }
-        return ctx_leave(&c, r);
-}
-
-ssize_t ntfs_ws_getxattr(ntfs_ws *ws, uint64_t ino, const char *name, void *buf, size_t size) {
-        size_t nl = strnlen(name, 256);
-        if (nl == 0 || nl > 255)
-                return -ERANGE;
-        struct ctx c;
-        int r = ctx_enter(ws, &c, false);
-        if (r < 0)
-                return r;
-        struct ino_rec rec;
-        ssize_t len = 0;
-        r = ino_get(c.st, c.wsid, ino, &rec);
-        if (r == 0 && !(rec.flags & INO_XMAT) && ntfs_hash_is_zero(&rec.xattr))
-                r = -ENODATA;
-        else if (r == 0) {
-                /* Read-only views materialize into their ephemeral state too. */
-                if (!(rec.flags & INO_XMAT)) {
-                        r = xattr_materialize(&c, ino, &rec);
-                        if (r == 0)
-                                r = ino_put(c.st, c.wsid, ino, &rec);
-                }
-                uint8_t k[16 + 256];
-                key2(k, c.wsid, ino);
-                memcpy(k + 16, name, nl);
-                MDB_val v;
-                if (r == 0)
-                        r = db_get(c.st, c.st->xattr, k, 16 + nl, &v);
-                if (r == -ENOENT)
-                        r = -ENODATA;
-                if (r == 0) {
-                        len = (ssize_t)v.mv_size;
-                        if (size && v.mv_size > size)
-                                r = -ERANGE;
-                        else if (size)
-                                memcpy(buf, v.mv_data, v.mv_size);
-                }
-        }
-        r = ctx_leave(&c, r);
-        return r < 0 ? r : len;
-}
-
-ssize_t ntfs_ws_listxattr(ntfs_ws *ws, uint64_t ino, char *buf, size_t size) {
-        struct ctx c;
-        int r = ctx_enter(ws, &c, false);
-        if (r < 0)
-                return r;
-        struct ino_rec rec;
-        size_t len = 0;
-        r = ino_get(c.st, c.wsid, ino, &rec);
-        if (r == 0 && !(rec.flags & INO_XMAT) && !ntfs_hash_is_zero(&rec.xattr)) {
-                r = xattr_materialize(&c, ino, &rec);
-                if (r == 0)
-                        r = ino_put(c.st, c.wsid, ino, &rec);
-        }
-        if (r == 0 && (rec.flags & INO_XMAT)) {
-                uint8_t k[16];
-                key2(k, c.wsid, ino);
-                MDB_cursor *cur;
-                int rc = mdb_cursor_open(c.st->txn, c.st->xattr, &cur);
-                if (rc)
-                        r = lmdb_err(rc);
-                else {
-                        MDB_val kk = { 16, k }, v;
-                        for (rc = mdb_cursor_get(cur, &kk, &v, MDB_SET_RANGE);
-                             rc == 0 && kk.mv_size > 16 && memcmp(kk.mv_data, k, 16) == 0;
-                             rc = mdb_cursor_get(cur, &kk, &v, MDB_NEXT)) {
-                                size_t nl = kk.mv_size - 16;
-                                if (size) {
-                                        if (len + nl + 1 > size) {
-                                                r = -ERANGE;
-                                                break;
-                                        }
-                                        memcpy(buf + len, (const uint8_t *)kk.mv_data + 16, nl);
-                                        buf[len + nl] = 0;
-                                }
-                                len += nl + 1;
-                        }
-                        mdb_cursor_close(cur);
-                }
-        }
-        r = ctx_leave(&c, r);
-        return r < 0 ? r : (ssize_t)len;
-}
-
-int ntfs_ws_removexattr(ntfs_ws *ws, uint64_t ino, const char *name) {
-        size_t nl = strnlen(name, 256);
-        if (nl == 0 || nl > 255)
-                return -ERANGE;
-        struct ctx c;
-        int r = ctx_enter(ws, &c, true);
-        if (r < 0)
-                return r;
-        struct ino_rec rec;
-        r = ino_get(c.st, c.wsid, ino, &rec);
-        if (r == 0)
-                r = xattr_materialize(&c, ino, &rec);
-        if (r == 0) {
-                uint8_t k[16 + 256];
-                key2(k, c.wsid, ino);
-                memcpy(k + 16, name, nl);
-                r = db_del(c.st, c.st->xattr, k, 16 + nl);
-                if (r == -ENOENT)
-                        r = -ENODATA;
-        }
-        if (r == 0) {
-                rec.ctime = now_ns();
-                r = mark_dirty(&c, ino, &rec);
-        }
-        return ctx_leave(&c, r);
+                ws_attr_from(ino, &rec, ret);
+        return ws_ctx_leave(&c, r);
 }
 
 /* ---- misc ---------------------------------------------------------------------------------- */
@@ -2219,7 +1151,7 @@ int ntfs_ws_statfs(ntfs_ws *ws, struct statvfs *ret) {
                 ret->f_files = files;
                 ret->f_ffree = ret->f_favail = files > used_i ? files - used_i : 0;
         }
-        return ctx_leave(&c, r);
+        return ws_ctx_leave(&c, r);
 }
 
 int ntfs_ws_fsync(ntfs_ws *ws) {
@@ -2238,7 +1170,7 @@ static int forget_one_locked(struct ctx *c, uint64_t ino) {
         struct ino_rec rec;
         int r = ino_get(c->st, c->wsid, ino, &rec);
         if (r == 0 && rec.nlink == 0 && !(rec.linkid && (rec.flags & INO_DIRTY)))
-                r = ino_free(c, ino, &rec);
+                r = ws_ino_free(c, ino, &rec);
         return r == -ESTALE ? 0 : r;
 }
 
@@ -2267,7 +1199,7 @@ void ntfs_ws_forget(ntfs_ws *ws, uint64_t ino) {
         struct ctx c;
         if (ctx_enter(ws, &c, false) < 0)
                 return;
-        ctx_leave(&c, forget_one_locked(&c, ino));
+        ws_ctx_leave(&c, forget_one_locked(&c, ino));
 }
 
 /* Looks at ws's queued forgets, the most recent first, while *budget lasts,
@@ -2342,7 +1274,7 @@ static int purge_orphans(ntfs_store *st, uint64_t wsid) {
                 struct ino_rec rec;
                 int r = ino_get(st, wsid, ino, &rec);
                 if (r == 0 && rec.nlink == 0 && !(rec.linkid && (rec.flags & INO_DIRTY)))
-                        r = ino_free(&c, ino, &rec);
+                        r = ws_ino_free(&c, ino, &rec);
                 else if (r == 0 || r == -ESTALE) {
                         uint8_t ok[16];
                         key2(ok, wsid, ino);
