@@ -284,13 +284,25 @@ void d_mounts_reap(void) {
         }
 }
 
+static char *mountpoint_key(const char *mp);
+
 /* A mountpoint whose FUSE server died (a crashed daemon's mount: every call
  * on it is ENOTCONN) is detached lazily, so that it can be mounted again
  * instead of being stacked on. statfs, not stat: the kernel may answer a
- * stat from its attribute cache, a statfs always asks the server. */
+ * stat from its attribute cache, a statfs always asks the server. Never on
+ * one of our own mounts (listed or in the making): that statfs would be a
+ * request to ourselves from a daemon thread (see mountpoint_key). */
 static void detach_dead_mount(const char *mp) {
+        _cleanup_free_ char *key = mountpoint_key(mp);
+        if (!key)
+                return;
+        pthread_mutex_lock(&D.lock);
+        bool ours = claim_at(key) != NULL;
+        for (struct dmount *o = D.mounts; o && !ours; o = o->next)
+                ours = strcmp(o->mountpoint, key) == 0;
+        pthread_mutex_unlock(&D.lock);
         struct statfs sf;
-        if (statfs(mp, &sf) == 0 || errno != ENOTCONN)
+        if (ours || statfs(mp, &sf) == 0 || errno != ENOTCONN)
                 return;
         if (umount2(mp, MNT_DETACH) == 0)
                 log_info("%s: a dead FUSE mount (its server is gone) was detached", mp);
