@@ -815,6 +815,44 @@ struct rd_ctx {
         int err;
 };
 
+/* A listing's offsets: 0 starts with ".", 1 with "..", and N >= 2 resumes
+ * the working state's listing at its cookie N - 1 (its cookies are name
+ * hash + 1 >= 2, and cookie 1 is its start: every name hash is >= 1; see
+ * name_hash). Offsets are handled as unsigned: the largest cookie, 2^63 - 1,
+ * is offset 2^63, which the kernel carries through as a negative loff_t. */
+static off_t rd_offset(uint64_t cookie) { return (off_t)(cookie + 1); }
+
+/* The parent of directory ino as the kernel knows it (a directory has one
+ * name); the root, or a directory the kernel holds no name of, is its own. */
+static uint64_t rd_parent(ntfs_mount *m, uint64_t ino) {
+        uint64_t parent = ino;
+        pthread_mutex_lock(&m->lock);
+        struct kinode *n = ino == NTFS_ROOT_INO ? NULL : kinode_find(m, ino);
+        if (n && n->entries)
+                parent = n->entries->parent;
+        pthread_mutex_unlock(&m->lock);
+        return parent;
+}
+
+/* Adds "." (which 0) or ".." (which 1) of directory dir. Their READDIRPLUS
+ * records carry node id 0: the kernel takes no reference on them (as
+ * fuse_direntplus_link skips both names), so none is remembered. */
+static int rd_dot(struct rd_ctx *c, int which) {
+        struct stat st = {.st_ino = which ? rd_parent(c->m, c->dir) : c->dir, .st_mode = S_IFDIR};
+        const char *name = which ? ".." : ".";
+        size_t n;
+        if (c->plus) {
+                struct fuse_entry_param e = {.attr = st};
+                n = fuse_add_direntry_plus(c->req, c->buf + c->pos, c->size - c->pos, name, &e, which + 1);
+        } else {
+                n = fuse_add_direntry(c->req, c->buf + c->pos, c->size - c->pos, name, &st, which + 1);
+        }
+        if (n > c->size - c->pos)
+                return 1;
+        c->pos += n;
+        return 0;
+}
+
 static int rd_cb(const char *name, const struct ntfs_attr *attr, uint64_t next_cookie, void *ud) {
         struct rd_ctx *c = ud;
         size_t n;
@@ -822,7 +860,7 @@ static int rd_cb(const char *name, const struct ntfs_attr *attr, uint64_t next_c
                 struct fuse_entry_param e;
                 fill_entry(c->m, attr, c->gen, &e);
                 n = fuse_add_direntry_plus(c->req, c->buf + c->pos, c->size - c->pos, name, &e,
-                                           (off_t)next_cookie);
+                                           rd_offset(next_cookie));
                 if (n > c->size - c->pos)
                         return 1;
                 /* Every entry of a READDIRPLUS reply is a lookup reference. */
@@ -833,7 +871,7 @@ static int rd_cb(const char *name, const struct ntfs_attr *attr, uint64_t next_c
                 }
         } else {
                 struct stat st = {.st_ino = attr->ino, .st_mode = attr->mode & S_IFMT};
-                n = fuse_add_direntry(c->req, c->buf + c->pos, c->size - c->pos, name, &st, (off_t)next_cookie);
+                n = fuse_add_direntry(c->req, c->buf + c->pos, c->size - c->pos, name, &st, rd_offset(next_cookie));
                 if (n > c->size - c->pos)
                         return 1;
         }
@@ -858,10 +896,7 @@ static void direntplus_expire(char *buf, size_t len) {
 
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
         ntfs_mount *m = req_mount(req);
-        if (off < 0) {
-                fuse_reply_err(req, EINVAL);
-                return;
-        }
+        uint64_t uoff = (uint64_t)off; /* rd_offset */
         size = NTFS_MIN(size, (size_t)MOUNT_MAX_WRITE);
         _cleanup_free_ char *buf = malloc(size ? size : 1);
         if (!buf) {
@@ -874,12 +909,18 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, b
         /* no more entries are read than the smallest records could fill */
         size_t rec_min = plus ? FUSE_DIRENT_ALIGN(FUSE_NAME_OFFSET_DIRENTPLUS + 1)
                               : FUSE_DIRENT_ALIGN(FUSE_NAME_OFFSET + 1);
-        int r = ntfs_ws_readdir(m->ws, ino, (uint64_t)off, plus, size / rec_min + 1, rd_cb, &c);
-        if (r < 0 && c.pos == 0) {
+        for (int which = (int)NTFS_MIN(uoff, 2u); which < 2; which++)
+                if (rd_dot(&c, which)) {
+                        fuse_reply_buf(req, buf, c.pos);
+                        return;
+                }
+        size_t dots = c.pos; /* an error with nothing but the dots is the reply */
+        int r = ntfs_ws_readdir(m->ws, ino, uoff < 2 ? 0 : uoff - 1, plus, size / rec_min + 1, rd_cb, &c);
+        if (r < 0 && c.pos == dots) {
                 reply_err(req, r);
                 return;
         }
-        if (c.err < 0 && c.pos == 0) {
+        if (c.err < 0 && c.pos == dots) {
                 reply_err(req, c.err);
                 return;
         }

@@ -6,11 +6,13 @@ import errno
 import fcntl
 import mmap
 import os
+import shutil
 import socket
 import stat
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -240,6 +242,47 @@ def test_readdir_during_changes(mnt):
     assert not missing, sorted(missing)[:5]
     assert set(seen) <= set(names) | {f"added-{j}" for j in range(500)}
     assert sorted(os.listdir(d)) == sorted(untouched | {f"added-{j}" for j in range(500)})
+
+
+def ls_f(d, *flags):
+    """The names readdir returns for d, in its order ("ls -f" reads them raw)."""
+    out = subprocess.run(["ls", "-f", *flags, d], capture_output=True, text=True, check=True).stdout
+    return out.splitlines()
+
+
+def test_dot_and_dotdot_are_listed_as_on_ext4(mnt):
+    """readdir gives "." and ".." (issue 71), compared with a directory on the
+    host's disk: each name once, a 5,000-file directory lists 5,002 names
+    over many READDIR requests, and their inode numbers are the directory's
+    and its parent's."""
+    native = tempfile.mkdtemp(prefix="ntfs-dots-", dir="/var/tmp")
+    try:
+        for top in (mnt.path, native):
+            os.makedirs(os.path.join(top, "a", "b"))
+            for n in ("f1", "f2"):
+                open(os.path.join(top, "a", n), "w").close()
+            big = os.path.join(top, "big")
+            os.mkdir(big)
+            for i in range(5000):
+                os.close(os.open(os.path.join(big, f"n{i}"), os.O_CREAT | os.O_WRONLY, 0o644))
+        for rel in ("a", "a/b", "big"):
+            got = ls_f(os.path.join(mnt.path, rel))
+            want = ls_f(os.path.join(native, rel))
+            assert sorted(got) == sorted(want), (rel, sorted(set(got) ^ set(want))[:5])
+            assert got.count(".") == 1 and got.count("..") == 1, rel
+            assert len(got) == len(set(got)), rel
+        assert len(ls_f(os.path.join(mnt.path, "big"))) == 5002
+        # inode numbers: "." is the directory, ".." its parent
+        for rel, parent in (("a", ""), ("a/b", "a")):
+            d = os.path.join(mnt.path, rel)
+            inos = {l.split()[1]: int(l.split()[0]) for l in ls_f(d, "-i")}
+            assert inos["."] == os.stat(d).st_ino, rel
+            assert inos[".."] == os.stat(os.path.join(mnt.path, parent)).st_ino, rel
+        # a program that skips them, as most do, sees exactly the names
+        assert sorted(os.listdir(os.path.join(mnt.path, "a"))) == ["b", "f1", "f2"]
+        assert len(os.listdir(os.path.join(mnt.path, "big"))) == 5000
+    finally:
+        shutil.rmtree(native)
 
 
 def test_rename(mnt):
