@@ -433,6 +433,49 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
                 reply_attr(req, &a);
 }
 
+/* Whether the caller is root (CAP_FSETID, approximated) or in group gid, as
+ * the kernel's in_group_or_capable(). */
+static bool in_group_or_root(fuse_req_t req, uint32_t gid) {
+        const struct fuse_ctx *ctx = fuse_req_ctx(req);
+        if (ctx->uid == 0 || ctx->gid == gid)
+                return true;
+        gid_t groups[64];
+        int n = fuse_req_getgroups(req, (int)ARRAY_SIZE(groups), groups);
+        for (int i = 0; i < n && i < (int)ARRAY_SIZE(groups); i++)
+                if (groups[i] == gid)
+                        return true;
+        return false;
+}
+
+/* cur's mode once setuid/setgid are killed for the caller, as the kernel's
+ * setattr_should_drop_suidgid() decides: setuid always; setgid when the file
+ * is group-executable, or when the caller is neither root nor in its group. */
+static uint32_t mode_killed(fuse_req_t req, const struct ntfs_attr *cur) {
+        uint32_t mode = cur->mode & ~(uint32_t)S_ISUID;
+        if ((mode & S_ISGID) && ((mode & S_IXGRP) || !in_group_or_root(req, cur->gid)))
+                mode &= ~(uint32_t)S_ISGID;
+        return mode;
+}
+
+/* Kills setuid/setgid of regular file ino for a content change (write,
+ * fallocate) the reply of which carries no attributes: the kernel's cached
+ * mode is then dropped before the reply, so the writer's next stat sees it
+ * (as on a local filesystem). 0 or a negative errno. */
+static int kill_suidgid_for_content(fuse_req_t req, ntfs_mount *m, fuse_ino_t ino) {
+        struct ntfs_attr cur;
+        int r = ntfs_ws_getattr(m->ws, ino, &cur);
+        if (r < 0 || !S_ISREG(cur.mode) || !(cur.mode & (S_ISUID | S_ISGID)))
+                return r < 0 ? r : 0;
+        uint32_t mode = mode_killed(req, &cur);
+        if (mode == cur.mode)
+                return 0;
+        struct ntfs_attr in = {.ino = ino, .mode = mode}, out;
+        r = ntfs_ws_setattr(m->ws, ino, &in, NTFS_SET_MODE, &out);
+        if (r == 0) /* attributes only (negative offset): takes no inode lock */
+                (void)fuse_lowlevel_notify_inval_inode(m->se, ino, -1, 0);
+        return r;
+}
+
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set, struct fuse_file_info *fi) {
         ntfs_mount *m = req_mount(req);
         const struct fuse_ctx *ctx = fuse_req_ctx(req);
@@ -479,7 +522,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 
         /* Killing setuid/setgid: with FUSE_HANDLE_KILLPRIV that is ours on
          * chown (always, for non-directories, as chown_common() does) and on
-         * truncate by a caller other than root; explicit KILL flags too. */
+         * truncate by a caller other than root; explicit KILL flags too.
+         * This reply carries the new mode to the kernel. */
         bool kill = (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID | FUSE_SET_ATTR_KILL_SUID |
                                FUSE_SET_ATTR_KILL_SGID | FUSE_SET_ATTR_KILL_PRIV)) ||
                     ((to_set & FUSE_SET_ATTR_SIZE) && m->handle_killpriv && ctx->uid != 0);
@@ -490,12 +534,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
                         reply_err(req, r);
                         return;
                 }
-                uint32_t mode = cur.mode;
-                if (!S_ISDIR(mode)) {
-                        mode &= ~(uint32_t)S_ISUID;
-                        if (mode & S_IXGRP)
-                                mode &= ~(uint32_t)S_ISGID;
-                }
+                uint32_t mode = S_ISDIR(cur.mode) ? cur.mode : mode_killed(req, &cur);
                 if (mode != cur.mode) {
                         in.mode = mode;
                         set |= NTFS_SET_MODE;
@@ -758,21 +797,12 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
         /* HANDLE_KILLPRIV_V2: the kernel asks us to kill setuid/setgid (it
          * sets the flag for a writer without CAP_FSETID). With only
          * HANDLE_KILLPRIV (v1) the kernel leaves it to us without a flag:
-         * approximate CAP_FSETID by uid 0. Killed as should_remove_suid()
-         * does: setuid always, setgid when group-executable. */
+         * approximate CAP_FSETID by uid 0 (mode_killed). Every path of a
+         * write comes here: buffered, O_DIRECT, AIO, and the kernel's
+         * fallback for copy_file_range. */
         bool kill = m->handle_killpriv_v2 ? mount_tls_write_kill : m->handle_killpriv && fuse_req_ctx(req)->uid != 0;
         if (kill) {
-                struct ntfs_attr cur;
-                int k = ntfs_ws_getattr(m->ws, ino, &cur);
-                if (k >= 0 && S_ISREG(cur.mode)) {
-                        uint32_t mode = cur.mode & ~(uint32_t)S_ISUID;
-                        if (mode & S_IXGRP)
-                                mode &= ~(uint32_t)S_ISGID;
-                        if (mode != cur.mode) {
-                                struct ntfs_attr in = {.ino = ino, .mode = mode}, out;
-                                k = ntfs_ws_setattr(m->ws, ino, &in, NTFS_SET_MODE, &out);
-                        }
-                }
+                int k = kill_suidgid_for_content(req, m, ino);
                 if (k < 0) {
                         reply_err(req, k);
                         return;
@@ -1077,7 +1107,18 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
                 fuse_reply_err(req, EOPNOTSUPP);
                 return;
         }
-        reply_err(req, ntfs_ws_fallocate(req_mount(req)->ws, ino, mode, (uint64_t)off, (uint64_t)len));
+        /* The kernel's file_modified() asks no kill of us (its SETATTR
+         * carries none with HANDLE_KILLPRIV): a caller other than root
+         * kills setuid/setgid, as on a local filesystem. */
+        ntfs_mount *m = req_mount(req);
+        int r = 0;
+        if (m->handle_killpriv || m->handle_killpriv_v2) {
+                if (fuse_req_ctx(req)->uid != 0)
+                        r = kill_suidgid_for_content(req, m, ino);
+        }
+        if (r == 0)
+                r = ntfs_ws_fallocate(m->ws, ino, mode, (uint64_t)off, (uint64_t)len);
+        reply_err(req, r);
 }
 
 /* No getlk/setlk/flock: the kernel then does POSIX and flock locking

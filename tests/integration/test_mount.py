@@ -285,6 +285,52 @@ def test_dot_and_dotdot_are_listed_as_on_ext4(mnt):
         shutil.rmtree(native)
 
 
+SUIDGID_ACTIONS = {
+    # each run as uid/gid 65534 on a file it may write (mode o+w)
+    "write": "fd = os.open(p, os.O_WRONLY); os.write(fd, b'x' * 4096)",
+    "write-O_DIRECT": ("fd = os.open(p, os.O_WRONLY | os.O_DIRECT); m = mmap.mmap(-1, 4096); m.write(b'y' * 4096); "
+                       "os.write(fd, m)"),
+    "fallocate": "fd = os.open(p, os.O_WRONLY); os.posix_fallocate(fd, 0, 8192)",
+    "truncate": "os.truncate(p, 1)",
+    "copy_file_range": ("src = os.open(p + '.src', os.O_RDONLY); fd = os.open(p, os.O_WRONLY); "
+                        "os.copy_file_range(src, fd, 4)"),
+}
+
+
+def suidgid_after(top, name, mode, gid, action):
+    p = os.path.join(top, name)
+    with open(p, "wb") as f:
+        f.write(b"0" * 4096)
+    with open(p + ".src", "wb") as f:
+        f.write(b"src\n")
+    os.chown(p, 0, gid)
+    os.chmod(p, mode)
+    code = "import os, mmap, sys; p = sys.argv[1]; " + SUIDGID_ACTIONS[action]
+    subprocess.run([sys.executable, "-c", code, p], check=True, timeout=30,
+                   preexec_fn=lambda: (os.setgroups([]), os.setresgid(65534, 65534, 65534),
+                                       os.setresuid(65534, 65534, 65534)))
+    return stat.S_IMODE(os.stat(p).st_mode)
+
+
+@pytest.mark.parametrize("action", sorted(SUIDGID_ACTIONS))
+def test_setuid_setgid_cleared_by_a_non_owner_as_on_ext4(mnt, action):
+    """Issue 71: every path that changes content clears setuid (and setgid
+    where the kernel would: group-executable, or a writer outside the file's
+    group) when another user makes it, and the writer's own next stat sees
+    it. Compared with a directory on the host's disk."""
+    native = tempfile.mkdtemp(prefix="ntfs-suid-", dir="/var/tmp")
+    os.chmod(native, 0o777)
+    os.chmod(mnt.path, 0o777)
+    try:
+        for i, (mode, gid) in enumerate([(0o6666, 0), (0o6676, 0), (0o6666, 65534), (0o6676, 65534)]):
+            want = suidgid_after(native, f"f{i}", mode, gid, action)
+            got = suidgid_after(mnt.path, f"f{i}", mode, gid, action)
+            assert got == want, f"{action} on {oct(mode)} gid {gid}: {oct(got)} on the mount, {oct(want)} on ext4"
+            assert not got & stat.S_ISUID
+    finally:
+        shutil.rmtree(native)
+
+
 def test_rename(mnt):
     r = mnt.path
     os.mkdir(f"{r}/d1")
