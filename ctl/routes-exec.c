@@ -551,8 +551,14 @@ static int h_effects(void *ud, const ntfs_http_request *req, ntfs_http_response 
         if (ntfs_http_request_query(req, "limit", ls, sizeof ls) >= 0 && ls[0] &&
             ntfs_parse_u64(ls, 1000000, &limit) < 0)
                 return ntfs_http_error(resp, -NTFS_EBADREQ, "'limit' must be a number");
+        /* limit: the latest rows (as tail and git log -n), still in id order */
+        uint64_t total = 0;
+        int r = limit ? ntfs_journal_effect_count(D.j, name, 0, &total) : 0;
+        if (r < 0)
+                return d_fail(resp, r, "effects");
         json_t *arr;
-        int r = ntfs_journal_effect_list_json(D.j, name, 0, (size_t)limit, 0, &arr);
+        r = ntfs_journal_effect_list_json(D.j, name, 0, (size_t)limit, total > limit ? (size_t)(total - limit) : 0,
+                                          &arr);
         if (r < 0)
                 return d_fail(resp, r, "effects");
         return d_reply(resp, 200, json_pack("{s:o}", "effects", arr));

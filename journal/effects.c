@@ -311,6 +311,24 @@ int ntfs_journal_effect_list(ntfs_journal *j, const char *session, uint64_t sinc
         return collect(j, s, ret, ret_n);
 }
 
+int ntfs_journal_effect_count(ntfs_journal *j, const char *session, uint64_t since_step, uint64_t *ret) {
+        if (!j || !session || !ret || since_step > INT64_MAX)
+                return -EINVAL;
+        _cleanup_unlock_ ntfs_journal *l = jr_lock(j);
+        int r = jr_session_exists(j, session);
+        if (r <= 0)
+                return r < 0 ? r : -NTFS_ENOSESSION;
+        _cleanup_stmt_ sqlite3_stmt *s = NULL;
+        if ((r = jr_stmt(j, JR_EFFECT_COUNT, &s)) < 0 || (r = jr_bind_text(s, 1, session)) < 0 ||
+            (r = jr_bind_i64(s, 2, (int64_t)since_step)) < 0)
+                return r;
+        int rc = sqlite3_step(s);
+        if (rc != SQLITE_ROW)
+                return jr_sqlite_err(j->db, rc);
+        *ret = (uint64_t)sqlite3_column_int64(s, 0);
+        return 0;
+}
+
 static json_t *json_str_or_null(const char *s) {
         return s ? json_string(s) : json_null();
 }

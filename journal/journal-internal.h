@@ -23,6 +23,7 @@ enum jr_stmt {
         JR_EFFECT_FINISH,
         JR_EFFECT_STATUS,
         JR_EFFECT_LIST,
+        JR_EFFECT_COUNT,
         JR_EFFECT_PENDING,
         JR_SESSION_INSERT,
         JR_SESSION_END,

@@ -134,6 +134,7 @@ static const char *const jr_sql[JR_STMT_MAX] = {
         [JR_EFFECT_STATUS] = "SELECT status FROM effects WHERE id = ?1",
         [JR_EFFECT_LIST] = "SELECT " EFFECT_COLS " FROM effects WHERE session = ?1 AND step >= ?2 "
                            "ORDER BY id LIMIT ?3 OFFSET ?4",
+        [JR_EFFECT_COUNT] = "SELECT count(*) FROM effects WHERE session = ?1 AND step >= ?2",
         [JR_EFFECT_PENDING] = "SELECT " EFFECT_COLS " FROM effects WHERE status = 'pending' ORDER BY id",
         [JR_SESSION_INSERT] = "INSERT INTO sessions(name, created_ns, uid, metadata) "
                               "VALUES(?1, ?2, ?3, ?4)",

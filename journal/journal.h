@@ -181,6 +181,8 @@ int ntfs_journal_effect_get_by_key(ntfs_journal *j, const char *session, const c
  * (ntfs_effects_free); *ret_n may be 0 (and *ret NULL). */
 int ntfs_journal_effect_list(ntfs_journal *j, const char *session, uint64_t since_step, size_t limit,
                              size_t offset, struct ntfs_effect **ret, size_t *ret_n);
+/* How many effects of session have step >= since_step. */
+int ntfs_journal_effect_count(ntfs_journal *j, const char *session, uint64_t since_step, uint64_t *ret);
 /* Same rows as a JSON array of ntfs_effect_to_json() objects. */
 int ntfs_journal_effect_list_json(ntfs_journal *j, const char *session, uint64_t since_step, size_t limit,
                                   size_t offset, json_t **ret);

@@ -334,7 +334,7 @@ const struct cmd cli_commands[] = {
                         "(pending, done, failed, outcome_unknown), the commit after it, its input and\n"
                         "the reason of a failed or outcome_unknown effect (e.g. \"interrupted by daemon\n"
                         "crash\"). --json gives the full rows, results included.\n"
-                        "\nOptions:\n  -n, --limit N   at most N rows\n"
+                        "\nOptions:\n  -n, --limit N   only the latest N rows\n"
                         "\nExample:\n  ntfs-ctl effects main -n 20\n",
                 .flags = effects_flags,
                 .min_pos = 1,

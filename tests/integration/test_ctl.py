@@ -440,8 +440,10 @@ def test_exec_effects_and_seed_api(daemon):
     lines = daemon.ok("effects", "w").splitlines()
     assert lines[0].split()[:3] == ["ID", "STEP", "TOOL"] and len(lines) >= 6
     ej = daemon.http("GET", "/v1/sessions/w/effects?limit=2").json["effects"]
-    assert len(ej) == 2
-    assert len(daemon.jok("effects", "w", "-n", "3")["effects"]) == 3
+    all_ids = [e["id"] for e in daemon.http("GET", "/v1/sessions/w/effects").json["effects"]]
+    assert [e["id"] for e in ej] == all_ids[-2:]  # the latest two, in id order
+    assert [e["id"] for e in daemon.jok("effects", "w", "-n", "3")["effects"]] == all_ids[-3:]
+    assert daemon.ok("effects", "w", "-n", "1").splitlines()[1].split()[0] == str(all_ids[-1])
     r = daemon.ctl("exec", "nosuch", "--", "true")
     assert r.returncode == 1 and "(session_not_found)" in r.stderr
     # the seed API

@@ -414,6 +414,14 @@ TEST(effect_list) {
         ASSERT_EQ(n, 0);
         ntfs_effects_free(arr, n);
         ASSERT_ERR(ntfs_journal_effect_list(j, "ghost", 0, 0, 0, &arr, &n), -NTFS_ENOSESSION);
+        uint64_t cnt = 0;
+        ASSERT_OK(ntfs_journal_effect_count(j, "s", 0, &cnt));
+        ASSERT_EQ(cnt, 10);
+        ASSERT_OK(ntfs_journal_effect_count(j, "s", 4, &cnt));
+        ASSERT_EQ(cnt, 6);
+        ASSERT_OK(ntfs_journal_effect_count(j, "s", 100, &cnt));
+        ASSERT_EQ(cnt, 0);
+        ASSERT_ERR(ntfs_journal_effect_count(j, "ghost", 0, &cnt), -NTFS_ENOSESSION);
 
         json_t *a = NULL;
         ASSERT_OK(ntfs_journal_effect_list_json(j, "s", 9, 0, 0, &a));
