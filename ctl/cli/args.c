@@ -53,11 +53,17 @@ int parse_size(const char *s, uint64_t *ret) {
         return 0;
 }
 
-int parse_num_flag(const struct cmd *cmd, const char *flagname, const char *s, uint64_t max, uint64_t *ret) {
+int parse_num_flag_range(const struct cmd *cmd, const char *flagname, const char *s, uint64_t min, uint64_t max,
+                         uint64_t *ret) {
         int r = ntfs_parse_u64(s, max, ret);
-        if (r < 0)
-                return usage_error(cmd, "--%s needs a number from 0 to %" PRIu64 ", not '%s'", flagname, max, s);
+        if (r < 0 || *ret < min)
+                return usage_error(cmd, "--%s needs a number from %" PRIu64 " to %" PRIu64 ", not '%s'", flagname, min,
+                                   max, s);
         return 0;
+}
+
+int parse_num_flag(const struct cmd *cmd, const char *flagname, const char *s, uint64_t max, uint64_t *ret) {
+        return parse_num_flag_range(cmd, flagname, s, 0, max, ret);
 }
 
 /* ---- argument parsing ------------------------------------------------------------ */

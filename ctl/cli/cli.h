@@ -94,6 +94,9 @@ bool has_flag(const struct cmd *cmd, const struct args *a, const char *lng);
 int parse_size(const char *s, uint64_t *ret);
 /* 0, or the usage error's exit code (reported). */
 int parse_num_flag(const struct cmd *cmd, const char *flagname, const char *s, uint64_t max, uint64_t *ret);
+/* The same with a lower bound: one usage error naming both bounds. */
+int parse_num_flag_range(const struct cmd *cmd, const char *flagname, const char *s, uint64_t min, uint64_t max,
+                         uint64_t *ret);
 /* *handled: argv[*i] was --json or --socket (which may consume argv[*i + 1]);
  * -EINVAL when --socket has no value. */
 int take_global(struct ctx *c, int argc, char **argv, int *i, bool *handled);

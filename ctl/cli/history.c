@@ -121,8 +121,8 @@ int cmd_rollback(struct ctx *c, const struct cmd *cmd, struct args *a) {
         if (!!to == !!steps)
                 return usage_error(cmd, "give exactly one of --to and --steps");
         uint64_t n = 0;
-        if (steps && (parse_num_flag(cmd, "steps", steps, 1000000, &n) || n == 0))
-                return n == 0 && steps ? usage_error(cmd, "--steps must be at least 1") : EXIT_USAGE;
+        if (steps && parse_num_flag_range(cmd, "steps", steps, 1, 1000000, &n))
+                return EXIT_USAGE;
         _cleanup_free_ char *path = session_path(a->pos[0], "/rollback");
         json_t *body = to ? json_pack("{s:s}", "to", to) : json_pack("{s:I}", "steps", (json_int_t)n);
         if (!path || !body) {

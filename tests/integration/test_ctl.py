@@ -111,6 +111,16 @@ def test_usage_errors_exit_2(args):
     assert r.stdout == ""
 
 
+@pytest.mark.parametrize("value", ["x", "0", "-1", "1000001"])
+def test_a_bad_steps_value_is_one_error(value):
+    """Issue 65: '--steps x' printed two errors that contradicted each other
+    (a number 'from 0', then 'at least 1'). One line names the bounds."""
+    r = run_ctl("--socket", "/nonexistent/s", "rollback", "a", "--steps", value)
+    assert r.returncode == 2
+    errors = [l for l in r.stderr.splitlines() if l.startswith("ntfs-ctl: ")]
+    assert errors == [f"ntfs-ctl: --steps needs a number from 1 to 1000000, not '{value}'"], r.stderr
+
+
 def test_unreachable_is_exit_1(scratch):
     for args in (["status"], ["--json", "session", "ls"], ["checkpoint", "main"]):
         r = run_ctl("--socket", os.path.join(scratch, "nobody"), *args)
