@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -48,6 +49,35 @@ static int archive_format_of(const struct cmd *cmd, const char *fmt_flag, const 
         }
         return usage_error(cmd, "cannot tell the format of '%s' from its name: use .tar, .tar.gz, .tgz, .tar.zst "
                                 "or --format", file);
+}
+
+/* The part file an export is writing: a signal that ends ntfs-ctl (Ctrl-C,
+ * SIGTERM, SIGHUP, a closed pipe) removes it first, so that no partial
+ * archive is ever left (docs/cli.md). unlink() is async-signal-safe. */
+static const char *volatile part_path;
+static const int part_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGPIPE };
+static struct sigaction part_saved[ARRAY_SIZE(part_signals)];
+
+static void part_on_signal(int sig) {
+        const char *p = part_path;
+        if (p)
+                unlink(p);
+        signal(sig, SIG_DFL);
+        raise(sig);
+}
+
+static void part_guard(const char *path) {
+        part_path = path;
+        struct sigaction sa = { .sa_handler = part_on_signal };
+        sigemptyset(&sa.sa_mask);
+        for (size_t i = 0; i < ARRAY_SIZE(part_signals); i++)
+                sigaction(part_signals[i], &sa, &part_saved[i]);
+}
+
+static void part_unguard(void) {
+        for (size_t i = 0; i < ARRAY_SIZE(part_signals); i++)
+                sigaction(part_signals[i], &part_saved[i], NULL);
+        part_path = NULL;
 }
 
 int cmd_export(struct ctx *c, const struct cmd *cmd, struct args *a) {
@@ -102,6 +132,8 @@ int cmd_export(struct ctx *c, const struct cmd *cmd, struct args *a) {
         ntfs_client *cl;
         long status = 0;
         struct ntfs_client_response res = { 0 };
+        if (tmp)
+                part_guard(tmp);
         r = client_get(c, 0, &cl);
         if (r == 0)
                 r = ntfs_client_download(cl, "GET", path, NULL, fd, &status, &res);
@@ -119,6 +151,7 @@ int cmd_export(struct ctx *c, const struct cmd *cmd, struct args *a) {
         if (r < 0 || status < 200 || status >= 300) {
                 if (tmp)
                         unlink(tmp);
+                part_unguard();
                 if (r == -EIO || r == -EPROTO)
                         return fail(c, NULL, "export_failed",
                                     "the export stopped before the end of the archive (ntfsd's log says why)");
@@ -137,8 +170,10 @@ int cmd_export(struct ctx *c, const struct cmd *cmd, struct args *a) {
         if (!to_stdout && rename(tmp, file) < 0) {
                 int e = errno;
                 unlink(tmp);
+                part_unguard();
                 return fail(c, NULL, "io_error", "cannot rename %s to %s: %s", tmp, file, strerror(e));
         }
+        part_unguard();
         if (c->json) {
                 json_t *o = json_pack("{s:s, s:s, s:s?, s:s, s:I}", "session", name, "file", file, "at", at, "format",
                                       fmt, "bytes", (json_int_t)size);
