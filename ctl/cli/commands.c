@@ -505,9 +505,12 @@ const struct cmd cli_commands[] = {
                 .help = "Checkpoints the fork SESSION and makes it the trunk's next version: a\n"
                         "fast-forward when the trunk has not moved since the fork, else a three-way\n"
                         "merge of the fork's base, the trunk's head and the fork (a commit with two\n"
-                        "parents). When the same path changed on both sides nothing is committed,\n"
-                        "the fork becomes 'conflicted' and every conflicting path is listed with\n"
-                        "both sides' versions (type, mode, size, sha256); exit code 1.\n"
+                        "parents). A text file both sides changed on different lines is merged\n"
+                        "line by line (diff3; docs/trunk.md). When both sides changed the same\n"
+                        "path in a way that cannot be merged (overlapping lines, a binary or large\n"
+                        "file, types or modes changed differently) nothing is committed, the fork\n"
+                        "becomes 'conflicted' and every conflicting path is listed with both\n"
+                        "sides' versions (type, mode, size, sha256); exit code 1.\n"
                         "\nExample:\n  ntfs-ctl trunk commit task-a\n",
                 .flags = no_flags,
                 .min_pos = 1,

@@ -259,6 +259,10 @@ def test_line_level_merge_of_text(daemon):
     rc, j, err = merge_two(d, "sed -i s/l1/L1/ t.txt", "sed -i s/l6/L6/ t.txt", setup=setup)
     assert rc == 0 and j["line_merged"] == 1, err
     assert cat(d, view(d), "t.txt") == "L1\nl2\nl3\nl4\nl5\nL6\n"
+    # the command's help says so (issue 65: it said any path changed on both
+    # sides commits nothing)
+    helptext = " ".join(d.ok("help", "trunk", "commit").split())
+    assert "merged line by line" in helptext and "cannot be merged" in helptext
 
 
 def test_conflicted_fork_is_reforked_under_its_name(daemon):
