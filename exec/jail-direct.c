@@ -110,17 +110,22 @@ void plain_words_free(char **w) {
  * ran without the shell. Returns when nothing could be exec'd, or an error
  * other than "not there"; the caller then runs it through bash. */
 void exec_direct(char *const *words, char **env, const char *cwd, volatile int *direct_ran) {
-        size_t n = 0;
+        size_t n = 0, pwd_at = SIZE_MAX;
         const char *path = "";
         for (; env[n]; n++)
                 if (strncmp(env[n], "PATH=", 5) == 0)
                         path = env[n] + 5;
+                else if (strncmp(env[n], "PWD=", 4) == 0)
+                        pwd_at = n;
         static char pwd[PATH_MAX + 8], under[PATH_MAX + 8];
         snprintf(pwd, sizeof pwd, "PWD=%s", cwd);
-        env[n] = pwd;
-        env[n + 1] = (char *)"SHLVL=1";
-        env[n + 2] = under;
-        env[n + 3] = NULL;
+        if (pwd_at != SIZE_MAX) /* build_env's, for bash: this one is the same, in its place */
+                env[pwd_at] = pwd;
+        else
+                env[n++] = pwd;
+        env[n] = (char *)"SHLVL=1";
+        env[n + 1] = under;
+        env[n + 2] = NULL;
         char prog[PATH_MAX];
         const char *p = path;
         for (;;) {

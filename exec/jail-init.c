@@ -123,6 +123,15 @@ static char **build_env(const struct opts *o, const struct jail_state *st) {
         size_t m = 0;
         for (size_t i = 0; i < ARRAY_SIZE(base); i++)
                 all[m++] = base[i];
+        /* The shell's logical working directory: /workspace/..., where P1
+         * enters (docs/jail.md, "One path"). With /workspace a symlink to
+         * the host path, getcwd() gives the host path while $PWD, pwd and
+         * the saved state stay under /workspace; bash keeps a PWD that names
+         * its working directory. */
+        static char pwd[PATH_MAX + 8];
+        int pn = snprintf(pwd, sizeof pwd, "PWD=/workspace%s%s", st->cwd[0] ? "/" : "", st->cwd);
+        if (pn > 0 && (size_t)pn < sizeof pwd)
+                all[m++] = pwd;
         for (size_t i = 0; i < st->n_vars; i++)
                 if (o->proxy_socket || !is_stale_proxy_var(st->vars[i]))
                         all[m++] = st->vars[i];

@@ -79,6 +79,40 @@ static const char etc_hosts[] = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localh
 static const char etc_nsswitch[] = "passwd: files\ngroup: files\nshadow: files\nhosts: files\n"
                                    "networks: files\nprotocols: files\nservices: files\n";
 
+/* The host path of the workspace, made as directories below the new root
+ * (the current directory) without following a symlink, for the one-path
+ * mount: 1 when it is there to mount on, 0 when it cannot be (not absolute
+ * and normal, under a directory the jail fills itself or mounts read-only,
+ * through a symlink), and the workspace is then only at /workspace. */
+static int make_host_path(const char *path) {
+        static const char *const reserved[] = { "proc", "dev", "sys", "run", "usr", "bin", "sbin", "lib",
+                                                "lib32", "lib64", "libx32", "etc", "workspace" };
+        if (path[0] != '/' || strnlen(path, PATH_MAX) >= PATH_MAX)
+                return 0;
+        char buf[PATH_MAX];
+        snprintf(buf, sizeof buf, "%s", path + 1);
+        _cleanup_close_ int dir = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (dir < 0)
+                return 0;
+        int depth = 0;
+        for (char *save = NULL, *comp = strtok_r(buf, "/", &save); comp; comp = strtok_r(NULL, "/", &save)) {
+                if (strcmp(comp, ".") == 0 || strcmp(comp, "..") == 0)
+                        return 0;
+                for (size_t i = 0; depth == 0 && i < ARRAY_SIZE(reserved); i++)
+                        if (strcmp(comp, reserved[i]) == 0)
+                                return 0;
+                if (mkdirat(dir, comp, 0755) < 0 && errno != EEXIST)
+                        return 0;
+                int next = openat(dir, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (next < 0)
+                        return 0;
+                close(dir);
+                dir = next;
+                depth++;
+        }
+        return depth > 0;
+}
+
 /* Builds the new root on a tmpfs mounted over /tmp of our private mount
  * namespace (as bubblewrap does), then pivots into it. ws_fd is an O_PATH
  * fd of the workspace, opened before /tmp was covered. */
@@ -116,13 +150,6 @@ void build_root(const struct opts *o, int ws_fd) {
                 mirror_host(host, dst);
         }
 
-        /* The workspace: nosuid, nodev, and read-only when asked. */
-        CHECK(mkdir("workspace", 0755), "mkdir workspace");
-        char src[64];
-        snprintf(src, sizeof src, "/proc/self/fd/%d", ws_fd);
-        CHECK(mount(src, "workspace", NULL, MS_BIND | MS_REC, NULL), "bind workspace");
-        set_mount_attr("workspace", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (o->ro ? MOUNT_ATTR_RDONLY : 0), true);
-
         CHECK(mkdir("tmp", 01777), "mkdir tmp");
         char data[96];
         snprintf(data, sizeof data, "mode=1777,size=%llu,nr_inodes=65536", (unsigned long long)o->tmp_bytes);
@@ -134,6 +161,25 @@ void build_root(const struct opts *o, int ws_fd) {
         CHECK(mkdir("var", 0755), "mkdir var");
         CHECK(symlink("/tmp", "var/tmp"), "symlink /var/tmp");
         CHECK(mkdir("home", 0755), "mkdir home");
+
+        /* The workspace: nosuid, nodev, and read-only when asked. One path
+         * on both sides (docs/jail.md): it is mounted at its host path, and
+         * /workspace is a symlink to that, so the absolute paths a program
+         * writes on either side (a venv's shebangs, a build directory's)
+         * name the same files on the other. Where the host path cannot be
+         * made here (make_host_path), it is mounted at /workspace itself.
+         * Made after /tmp and /run, which would cover a host path below. */
+        char src[64];
+        snprintf(src, sizeof src, "/proc/self/fd/%d", ws_fd);
+        const char *at = "workspace";
+        if (make_host_path(o->workspace)) {
+                at = o->workspace + 1;
+                CHECK(symlink(o->workspace, "workspace"), "symlink /workspace");
+        } else {
+                CHECK(mkdir("workspace", 0755), "mkdir workspace");
+        }
+        CHECK(mount(src, at, NULL, MS_BIND | MS_REC, NULL), "bind workspace");
+        set_mount_attr(at, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (o->ro ? MOUNT_ATTR_RDONLY : 0), true);
 
         /* /proc of the new pid namespace, dangerous files covered by an
          * empty regular file on the (soon read-only) root: reads see

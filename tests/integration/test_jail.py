@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 
@@ -416,10 +417,33 @@ def test_proc_self_exe_write_refused(ws):
 
 
 def test_workspace_nosuid_nodev(ws):
-    res = jail(ws, "grep ' /workspace ' /proc/self/mountinfo; cp /usr/bin/id ./suid && chmod u+s ./suid && "
-                   "ls -l suid | cut -c1-10")
+    # the workspace is mounted at its host path (one path on both sides)
+    res = jail(ws, f"grep ' {os.path.realpath(ws)} ' /proc/self/mountinfo; cp /usr/bin/id ./suid && "
+                   "chmod u+s ./suid && ls -l suid | cut -c1-10")
     opts = res["stdout"].split()[5].split(",")
     assert "nosuid" in opts and "nodev" in opts and "rw" in opts
+
+
+def test_workspace_at_its_host_path_and_at_workspace(ws):
+    """One path on both sides (docs/jail.md): /workspace is a symlink to the
+    host path, where the workspace is mounted; the shell starts in
+    /workspace, and getcwd() names the host path."""
+    real = os.path.realpath(ws)
+    res = jail(ws, "readlink /workspace; pwd; pwd -P; echo hi > f; cat " + real + "/f")
+    assert res["stdout"].splitlines() == [real, "/workspace", real, "hi"]
+
+
+def test_workspace_under_a_directory_the_jail_makes_is_at_workspace_only():
+    """A host path the jail cannot reproduce (under /run, which it covers
+    with its own tmpfs) falls back to a mount at /workspace itself."""
+    d = tempfile.mkdtemp(prefix="ntfs-jail-run-", dir="/run")
+    try:
+        res = jail(d, "test -L /workspace && echo link; grep -c ' /workspace ' /proc/self/mountinfo; "
+                      "echo hi > f; pwd -P")
+        assert res["stdout"].splitlines() == ["1", "/workspace"]
+        assert open(os.path.join(d, "f")).read() == "hi\n"
+    finally:
+        shutil.rmtree(d)
 
 
 # =================================================================== network
@@ -689,7 +713,8 @@ def test_plain_command_runs_without_a_shell(ws):
 
 @pytest.mark.parametrize("command", [
     "grep PPid /proc/self/status #comment", "grep PPid /proc/self/stat[u]s", "grep PPid /proc/self/stat?s",
-    "grep PPid ~/../proc/self/status", "grep PPid /proc/self/{status,status}", "grep PPid $HOME/../proc/self/status",
+    "grep PPid /proc/self/status ~/nothing", "grep PPid /proc/self/{status,status}",
+    "grep PPid /proc/self/status $HOME/nothing",
     "grep PPid `echo /proc/self/status`", "grep PPid $(echo /proc/self/status)", "X=1 grep PPid /proc/self/status",
     "command grep PPid /proc/self/status", "grep PPid /proc/self/status > /dev/stdout",
     "grep PPid /proc/self/status; true", "grep PPid /proc/self/status && true", "grep PPid /proc/self/status | cat",
@@ -739,7 +764,9 @@ def test_state_carried_across_direct_and_shell_calls(ws, tmp_path):
     st.write_text("")
     assert run("cd sub && export A=1") == ""                       # bash
     before = st.read_text()
-    assert run("/bin/pwd") == "/workspace/sub\n"                     # direct
+    # direct; /bin/pwd prints the physical path: the workspace's host path
+    # (/workspace is a symlink to it, docs/jail.md "One path")
+    assert run("/bin/pwd") == os.path.realpath(ws / "sub") + "\n"
     assert run("printenv A") == "1\n"                                # direct
     assert st.read_text() == before                                  # the state stays as it was
     assert run("export B=2; cd ..") == ""                            # bash
