@@ -124,6 +124,9 @@ static int h_mount(void *ud, const ntfs_http_request *req, ntfs_http_response *r
         }
         _cleanup_free_ char *real = NULL;
         r = d_mount_add(session, at, mp, ro, false, idle, maxi, &real);
+        if (r < 0 && access("/dev/fuse", R_OK | W_OK) < 0)
+                return ntfs_http_error(resp, r, "cannot mount %s: /dev/fuse: %s (ntfsd runs as uid %u and cannot open it)",
+                                       mp, strerror(errno), (unsigned)geteuid());
         if (r < 0)
                 return ntfs_http_error(resp, r, "cannot mount %s: %s", mp, ntfs_strerror(r));
         return d_reply(resp, 201, json_pack("{s:s, s:s, s:b, s:s?}", "mountpoint", real, "session", session,

@@ -727,6 +727,15 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
                 mount_free(m);
                 return -EINVAL;
         }
+        /* A /dev/fuse this process cannot open is said as such (libfuse
+         * only prints it and fails): -EACCES, -ENOENT... for the caller. */
+        int dev = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+        if (dev < 0) {
+                int e = errno;
+                mount_free(m);
+                return -e;
+        }
+        close(dev);
         if (fuse_session_mount(m->se, m->mountpoint) != 0) {
                 mount_free(m);
                 return -EIO;

@@ -12,6 +12,7 @@ import re
 import socket
 import stat
 import subprocess
+import sys
 import threading
 import time
 
@@ -990,3 +991,48 @@ def test_a_second_mount_keeps_the_first_ones_open_unlinked_file(daemon, scratch)
     daemon.ok("umount", b)
     daemon.ok("umount", a)
     daemon.healthy()
+
+
+def test_mount_without_dev_fuse_says_so(scratch):
+    """Issue 65: an ntfsd that cannot open /dev/fuse (here: run as nobody,
+    /dev/fuse being root's) answered 'Input/output error (io_error)', the
+    cause only in its log. The answer now names /dev/fuse."""
+    def as_nobody():
+        os.setgroups([])
+        os.setresgid(65534, 65534, 65534)
+        os.setresuid(65534, 65534, 65534)
+    probe = subprocess.run([sys.executable, "-c", "import os; os.close(os.open('/dev/fuse', os.O_RDWR))"],
+                           preexec_fn=as_nobody, capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip("nobody can open /dev/fuse on this machine")
+    home = os.path.join(scratch, "nobody")
+    os.mkdir(home)
+    os.mkdir(os.path.join(home, "mp"))
+    os.chown(home, 65534, 65534)
+    os.chown(os.path.join(home, "mp"), 65534, 65534)
+    sock = os.path.join(home, "s")
+    log = open(os.path.join(scratch, "ntfsd-nobody.log"), "wb")
+    p = subprocess.Popen([find_bin("ntfsd"), "--store", os.path.join(home, "store"), "--socket", sock, "-f"],
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=as_nobody)
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(sock):
+            assert p.poll() is None and time.monotonic() < deadline, "ntfsd as nobody did not start"
+            time.sleep(0.05)
+
+        def http(method, path, body=None):
+            s = connect(sock)
+            try:
+                s.sendall(build_request(method, path, body))
+                return read_response(s)
+            finally:
+                s.close()
+        assert http("POST", "/v1/sessions", {"name": "n"}).status == 201
+        h = http("POST", "/v1/mounts", {"session": "n", "mountpoint": os.path.join(home, "mp")})
+        assert h.status == 403 and h.code == "permission_denied", h
+        assert "/dev/fuse: Permission denied" in h.json["error"]["message"], h
+        assert http("GET", "/v1/mounts").json["mounts"] == []
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+        log.close()
