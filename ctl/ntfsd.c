@@ -206,16 +206,18 @@ static void claim_drop(struct dclaim *gone) {
 void d_session_end_begin(const char *session) {
         struct dclaim *c;
         pthread_mutex_lock(&D.lock);
-        /* another end of the same session first; and the claim is never
-         * skipped (out of memory: wait and try again) */
-        while (claim_ending(session) || claim_add(NULL, session, &c) < 0)
-                if (claim_ending(session))
+        for (;;) {
+                if (claim_ending(session)) { /* another end of the same session first */
                         pthread_cond_wait(&D.claims_cv, &D.lock);
-                else {
-                        pthread_mutex_unlock(&D.lock);
-                        usleep(10000);
-                        pthread_mutex_lock(&D.lock);
+                        continue;
                 }
+                if (claim_add(NULL, session, &c) == 0)
+                        break;
+                /* out of memory: the claim is never skipped; try again */
+                pthread_mutex_unlock(&D.lock);
+                usleep(10000);
+                pthread_mutex_lock(&D.lock);
+        }
         while (claim_mounting(session))
                 pthread_cond_wait(&D.claims_cv, &D.lock);
         pthread_mutex_unlock(&D.lock);
