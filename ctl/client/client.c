@@ -5,9 +5,11 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
@@ -137,7 +139,8 @@ static int map_curl(ntfs_client *c, CURLcode rc, const struct sink *s) {
                 return 0;
         case CURLE_COULDNT_CONNECT:
                 curl_easy_getinfo(c->curl, CURLINFO_OS_ERRNO, &oserr);
-                if (oserr == ENOENT || oserr == EACCES || oserr == ECONNREFUSED || oserr == ENOTDIR)
+                if (oserr == ENOENT || oserr == EACCES || oserr == ECONNREFUSED || oserr == ENOTDIR ||
+                    oserr == EAGAIN)
                         return -(int)oserr;
                 return -ECONNREFUSED;
         case CURLE_OPERATION_TIMEDOUT:
@@ -155,8 +158,8 @@ static int map_curl(ntfs_client *c, CURLcode rc, const struct sink *s) {
         }
 }
 
-static int perform(ntfs_client *c, const char *method, const char *path, const char *content_type,
-                   const void *body, size_t body_len, bool has_body, int fd, struct ntfs_client_response *ret) {
+static int perform_once(ntfs_client *c, const char *method, const char *path, const char *content_type,
+                        const void *body, size_t body_len, bool has_body, int fd, struct ntfs_client_response *ret) {
         if (!method || !path || path[0] != '/' || strpbrk(path, " \r\n"))
                 return -EINVAL;
         _cleanup_free_ char *url = NULL;
@@ -227,6 +230,47 @@ static int perform(ntfs_client *c, const char *method, const char *path, const c
         if (s.len > 0 && strncmp(ret->content_type, "application/json", 16) == 0)
                 ret->json = json_loadb(s.buf, s.len, 0, NULL);
         return 0;
+}
+
+/* A request the daemon did not take: a connect that met a full listen
+ * backlog (EAGAIN), or 503 too_many_connections, which the daemon answers at
+ * accept, before it reads the request. Neither reached a handler, so any
+ * method, idempotent or not, may be sent again: up to CLIENT_RETRIES times,
+ * after a jittered exponential wait (10 ms doubling to 640 ms, each taken
+ * between half and all of it; 2.5 s at most in all). */
+#define CLIENT_RETRIES 8
+#define CLIENT_RETRY_BASE_MS 10
+#define CLIENT_RETRY_CAP_MS 640
+
+static bool not_taken(int r, const struct ntfs_client_response *res) {
+        if (r == -EAGAIN)
+                return true;
+        if (r < 0 || res->status != 503)
+                return false;
+        const char *code = NULL;
+        return ntfs_client_error(res, &code, NULL) == 0 && strcmp(code, "too_many_connections") == 0;
+}
+
+static int perform(ntfs_client *c, const char *method, const char *path, const char *content_type,
+                   const void *body, size_t body_len, bool has_body, int fd, struct ntfs_client_response *ret) {
+        unsigned seed = (unsigned)getpid() ^ (unsigned)(uintptr_t)c ^ (unsigned)time(NULL);
+        for (unsigned attempt = 0;; attempt++) {
+                struct ntfs_client_response res = { 0 };
+                int r = perform_once(c, method, path, content_type, body, body_len, has_body, fd, &res);
+                if (attempt == CLIENT_RETRIES || !not_taken(r, &res)) {
+                        if (r == 0)
+                                *ret = res;
+                        return r == -EAGAIN ? -ECONNREFUSED : r;
+                }
+                ntfs_client_response_release(&res);
+                unsigned wait_ms = CLIENT_RETRY_BASE_MS << attempt;
+                if (wait_ms > CLIENT_RETRY_CAP_MS)
+                        wait_ms = CLIENT_RETRY_CAP_MS;
+                wait_ms = wait_ms / 2 + (unsigned)rand_r(&seed) % (wait_ms / 2 + 1);
+                struct timespec ts = { wait_ms / 1000, (long)(wait_ms % 1000) * 1000000L };
+                while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                        ;
+        }
 }
 
 int ntfs_client_request(ntfs_client *c, const char *method, const char *path, const json_t *body,

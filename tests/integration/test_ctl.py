@@ -1036,3 +1036,49 @@ def test_mount_without_dev_fuse_says_so(scratch):
         p.terminate()
         p.wait(timeout=30)
         log.close()
+
+
+def test_client_retries_a_request_the_daemon_did_not_take(daemon):
+    """Issue 70: with every connection slot taken, the daemon answers 503
+    too_many_connections at accept, before reading the request. The client
+    library (so ntfs-ctl) sends it again after a jittered backoff, for any
+    method, since no handler saw it: the command succeeds once a slot is
+    free, and fails with the daemon's code when none frees in time."""
+    held = []
+    try:
+        while True:  # take every slot (64 by default) with idle connections
+            s = connect(daemon.sock)
+            s.sendall(build_request("GET", "/health").replace(b"Connection: close", b"Connection: keep-alive"))
+            r = read_response(s)
+            assert r.status == 200
+            held.append(s)
+            probe = daemon.http("GET", "/health")
+            if probe.status == 503:
+                assert probe.code == "too_many_connections"
+                break
+            assert len(held) <= 256, "the daemon never refused a connection"
+        # all slots taken: a command started now waits, and succeeds when they free
+        p = subprocess.Popen([daemon.ctl_bin, "--socket", daemon.sock, "session", "new", "late"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.4)
+        assert p.poll() is None, f"gave up at once: {p.communicate()}"
+        for s in held[:4]:
+            s.close()
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 0, err
+        assert daemon.http("GET", "/v1/sessions/late").status == 200  # made exactly once
+        # none frees: the retries are bounded and the daemon's code is said
+        while daemon.http("GET", "/health").status != 503:
+            s = connect(daemon.sock)
+            s.sendall(build_request("GET", "/health").replace(b"Connection: close", b"Connection: keep-alive"))
+            assert read_response(s).status == 200
+            held.append(s)
+        t0 = time.monotonic()
+        r = daemon.ctl("status")
+        took = time.monotonic() - t0
+        assert r.returncode == 1 and "(too_many_connections)" in r.stderr, r.stderr
+        assert 0.5 < took < 10, took
+    finally:
+        for s in held:
+            s.close()
+    daemon.healthy()
