@@ -86,7 +86,7 @@ static int lmdb_hwm(ntfs_store *st, uint64_t *ret) {
 }
 
 static int grow_map_if_needed(ntfs_store *st) {
-        uint64_t used;
+        uint64_t used = 0;
         int r = lmdb_hwm(st, &used);
         if (r < 0)
                 return r;
@@ -334,7 +334,7 @@ void store_run_invalidations(ntfs_store *st) {
 bool store_reserve_held(ntfs_store *st) {
         /* at least half of it left past the high-water mark (the flusher
          * tops it up; a store without a flusher holds what open took) */
-        uint64_t hwm;
+        uint64_t hwm = 0;
         return st->held_ok && lmdb_hwm(st, &hwm) == 0 && st->held_end >= hwm + st->reserve_bytes / 2;
 }
 
@@ -346,7 +346,7 @@ bool store_reserve_held(ntfs_store *st) {
  * the disk. Lock held; released around the fallocate. */
 static void reserve_hold(ntfs_store *st) {
         int fd;
-        uint64_t hwm;
+        uint64_t hwm = 0;
         if (st->held_nosup || lmdb_hwm(st, &hwm) < 0 || mdb_env_get_fd(st->env, &fd))
                 return;
         if (st->held_ok && st->held_end >= hwm + st->reserve_bytes / 4 * 3)

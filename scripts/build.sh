@@ -15,6 +15,12 @@ setup() {
   rm -f "$log"
 }
 
+if [ "${1:-}" = "--release-only" ]; then
+  # compiled only, never tested or installed from: -O3's own warnings
+  # (maybe-uninitialized) are errors as in every build type
+  setup build-release -Dbuildtype=release
+  exit 0
+fi
 setup build
 if [ "${1:-}" = "--asan" ]; then
   setup build-asan -Db_sanitize=address,undefined -Db_lundef=false

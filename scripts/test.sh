@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh --asan
 
+echo "== release build (-O3, warnings are errors there too)"
+scripts/build.sh --release-only
+
 echo "== unit tests (normal build)"
 meson test -C build --print-errorlogs --suite unit
 echo "== unit tests (ASan+UBSan build)"
