@@ -150,6 +150,12 @@ def test_fallocate(mnt):
     assert os.pread(fd, 5, 0) == b"abc\0\0"
     os.posix_fallocate(fd, 0, 10)  # inside: size unchanged
     assert os.fstat(fd).st_size == 1 << 20
+    # the other modes are refused loudly, as docs/reliability.md says
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+    for mode in (0x01, 0x01 | 0x02):  # FALLOC_FL_KEEP_SIZE, | FALLOC_FL_PUNCH_HOLE
+        assert libc.fallocate(fd, mode, 0, 4096) == -1 and ctypes.get_errno() == errno.EOPNOTSUPP, mode
+    assert os.fstat(fd).st_size == 1 << 20
     os.close(fd)
 
 
