@@ -131,6 +131,68 @@ json_t *d_mounts_json(void) {
 
 /* ---- mounts ------------------------------------------------------------------------ */
 
+/* STORE/mounts.json: the mounts made for clients (not the jail's internal
+ * ones), rewritten durably at each change while the daemon runs and removed
+ * by a clean shutdown. Found at start, it is what a crashed daemon had
+ * mounted: mounts_restore() makes each mount again at its mountpoint (the
+ * dead one detached first), so the mount list after a crash equals the one
+ * before (docs/mount.md, "Mount lifecycle"). */
+static pthread_mutex_t mounts_file_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void mounts_file_path(char *buf, size_t len) {
+        snprintf(buf, len, "%s/mounts.json", D.store_dir);
+}
+
+static void mounts_save(void) {
+        pthread_mutex_lock(&mounts_file_lock);
+        json_t *arr = json_array();
+        pthread_mutex_lock(&D.lock);
+        bool stopping = D.stopping;
+        for (struct dmount *m = D.mounts; arr && m; m = m->next)
+                if (!m->internal && !atomic_load(&m->exited))
+                        json_array_append_new(arr, json_pack("{s:s, s:s?, s:b, s:s?, s:f, s:f}", "mountpoint",
+                                                             m->mountpoint, "session", m->session, "ro", m->ro, "at",
+                                                             m->at, "autocheckpoint", m->auto_idle,
+                                                             "autocheckpoint_max", m->auto_max));
+        pthread_mutex_unlock(&D.lock);
+        _cleanup_free_ char *s = arr && !stopping ? json_dumps(arr, JSON_COMPACT) : NULL;
+        json_decref(arr);
+        char path[PATH_MAX];
+        mounts_file_path(path, sizeof path);
+        int r = s ? ntfs_write_file_durable(path, s, strlen(s), 0600) : 0;
+        if (r < 0)
+                log_warn("cannot record the mounts in %s: %s", path, ntfs_strerror(r));
+        pthread_mutex_unlock(&mounts_file_lock);
+}
+
+/* At start: the mounts a crashed daemon left, made again. */
+static void mounts_restore(void) {
+        char path[PATH_MAX];
+        mounts_file_path(path, sizeof path);
+        _cleanup_free_ char *text = NULL;
+        size_t len;
+        if (ntfs_read_file(path, 1 << 20, &text, &len) < 0)
+                return;
+        json_t *arr = json_loadb(text, len, 0, NULL);
+        size_t i;
+        json_t *e;
+        json_array_foreach(arr, i, e) {
+                const char *mp = d_jstr(e, "mountpoint"), *session = d_jstr(e, "session"), *at = d_jstr(e, "at");
+                if (!mp || (!session && !at))
+                        continue;
+                int r = d_mount_add(session ? session : at, at, mp, json_is_true(json_object_get(e, "ro")), false,
+                                    json_number_value(json_object_get(e, "autocheckpoint")),
+                                    json_number_value(json_object_get(e, "autocheckpoint_max")), NULL);
+                if (r < 0)
+                        log_warn("after a crash: cannot mount %s at %s again: %s", session ? session : at, mp,
+                                 ntfs_strerror(r));
+                else
+                        log_info("after a crash: %s mounted again at %s", session ? session : at, mp);
+        }
+        json_decref(arr);
+        mounts_save();
+}
+
 void d_mount_free(struct dmount *m) {
         if (!m)
                 return;
@@ -144,9 +206,12 @@ void d_mount_free(struct dmount *m) {
 int d_mount_stop(struct dmount *m) {
         int r = ntfs_mount_stop(m->m);
         ntfs_ws_close(m->ws);
-        if (m->internal)
+        bool internal = m->internal;
+        if (internal)
                 rmdir(m->mountpoint);
         d_mount_free(m);
+        if (!internal)
+                mounts_save();
         return r;
 }
 
@@ -384,6 +449,8 @@ int d_mount_add(const char *session, const char *at, const char *mp, bool ro, bo
                 free(real);
                 return r;
         }
+        if (!internal)
+                mounts_save();
         if (ret_mp)
                 *ret_mp = copy;
         return 0;
@@ -715,6 +782,7 @@ int main(int argc, char **argv) {
                 log_error("cannot start: %s", ntfs_strerror(r));
                 return 1;
         }
+        mounts_restore();
 
         struct ntfs_http_config cfg = { .socket_path = D.socket_path, .router = D.router,
                                         .conn_data_free = d_conn_free };
@@ -748,6 +816,11 @@ int main(int argc, char **argv) {
                 if (!m)
                         break;
                 d_mount_stop(m);
+        }
+        { /* a clean stop: nothing to mount again at the next start */
+                char mf[PATH_MAX];
+                mounts_file_path(mf, sizeof mf);
+                (void)unlink(mf);
         }
         ntfs_http_server_free(D.srv);
         ntfs_router_free(D.router);

@@ -153,6 +153,9 @@ def test_a_crashed_daemons_dead_mount_is_mounted_again(scratch):
     with pytest.raises(OSError) as e:
         os.stat(os.path.join(mp, "f"))
     assert e.value.errno == errno.ENOTCONN
+    # a dead mount the next daemon has no record of (its list is remounted
+    # by itself: test_the_mount_list_after_a_crash_equals_the_one_before)
+    os.unlink(os.path.join(scratch, "store", "mounts.json"))
     d = Daemon(scratch)
     try:
         out = d.ok("mount", "dead", mp)  # the dead mount is detached, not "not_a_directory"
@@ -162,5 +165,51 @@ def test_a_crashed_daemons_dead_mount_is_mounted_again(scratch):
         assert len(fuse_mounts_at(mp)) == 1
         d.ok("umount", mp)
         d.healthy()
+    finally:
+        stop_and_check(d, scratch)
+
+
+def test_the_mount_list_after_a_crash_equals_the_one_before(scratch):
+    """Issue 61: after a kill -9 the restarted ntfsd listed no mounts. The
+    mounts made for clients are recorded (STORE/mounts.json) and made again
+    at start, each at its mountpoint (the dead mount detached); a clean stop
+    leaves nothing to remount."""
+    d = Daemon(scratch)
+    try:
+        d.ok("session", "new", "live")
+        rw = os.path.join(scratch, "rw")
+        ro = os.path.join(scratch, "ro")
+        os.mkdir(rw)
+        os.mkdir(ro)
+        d.ok("mount", "live", rw, "--autocheckpoint", "5")
+        with open(os.path.join(rw, "f"), "w") as f:
+            f.write("tagged\n")
+        d.ok("checkpoint", "live")
+        d.ok("tag", "live", "t1")
+        d.ok("mount", "live", ro, "--at", "t1")
+        before = sorted(d.http("GET", "/v1/mounts").json["mounts"], key=lambda m: m["mountpoint"])
+        assert len(before) == 2
+    except BaseException:
+        d.stop()
+        raise
+    d.kill()
+    d.log.close()
+    d = Daemon(scratch)
+    try:
+        after = sorted(d.http("GET", "/v1/mounts").json["mounts"], key=lambda m: m["mountpoint"])
+        assert after == before
+        for p in (rw, ro):
+            with open(os.path.join(p, "f")) as f:
+                assert f.read() == "tagged\n"
+            assert len(fuse_mounts_at(p)) == 1, fuse_mounts_at(p)
+        with open(os.path.join(rw, "g"), "w") as f:  # the rw one is writable again
+            f.write("after\n")
+        d.healthy()
+    finally:
+        stop_and_check(d, scratch)  # SIGTERM: everything unmounted
+    d = Daemon(scratch)  # a clean stop before: nothing is mounted again
+    try:
+        assert d.http("GET", "/v1/mounts").json["mounts"] == []
+        assert not fuse_mounts_at(rw) and not fuse_mounts_at(ro)
     finally:
         stop_and_check(d, scratch)
