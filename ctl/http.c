@@ -1122,6 +1122,17 @@ static void reject(int fd, int status, const char *code, const char *msg) {
                 free(body);
         }
         (void)shutdown(fd, SHUT_WR);
+        /* Read what the client sends: closing a Unix socket with unread
+         * data resets the peer (ECONNRESET), and a send after the close
+         * fails (EPIPE); either way the client would miss the answer above
+         * and could not tell that its request was never taken. A client
+         * sends at once after connecting: its request is waited for 10 ms
+         * at most. */
+        char sink[4096];
+        struct pollfd pf = { fd, POLLIN, 0 };
+        if (poll(&pf, 1, 10) > 0)
+                for (int i = 0; i < 16 && recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0; i++)
+                        ;
         close(fd);
 }
 

@@ -232,18 +232,20 @@ static int perform_once(ntfs_client *c, const char *method, const char *path, co
         return 0;
 }
 
-/* A request the daemon did not take: a connect that met a full listen
- * backlog (EAGAIN), or 503 too_many_connections, which the daemon answers at
+/* A request the daemon did not take: a refused connect (no listener, as
+ * while ntfsd restarts, or a full listen backlog, which curl also reports
+ * as refused), or 503 too_many_connections, which the daemon answers at
  * accept, before it reads the request. Neither reached a handler, so any
  * method, idempotent or not, may be sent again: up to CLIENT_RETRIES times,
  * after a jittered exponential wait (10 ms doubling to 640 ms, each taken
- * between half and all of it; 2.5 s at most in all). */
+ * between half and all of it; 2.5 s at most in all). A socket file that is
+ * not there (ENOENT) is not retried: no daemon was started. */
 #define CLIENT_RETRIES 8
 #define CLIENT_RETRY_BASE_MS 10
 #define CLIENT_RETRY_CAP_MS 640
 
 static bool not_taken(int r, const struct ntfs_client_response *res) {
-        if (r == -EAGAIN)
+        if (r == -EAGAIN || r == -ECONNREFUSED)
                 return true;
         if (r < 0 || res->status != 503)
                 return false;
