@@ -176,6 +176,7 @@ int cmd_exec(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_fetch(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_effects(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_replay(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_conversation(struct ctx *c, const struct cmd *cmd, struct args *a);
 
 /* ---- store.c: the daemon and the store ---- */
 

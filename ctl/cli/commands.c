@@ -342,6 +342,22 @@ const struct cmd cli_commands[] = {
                 .run = cmd_effects,
         },
         {
+                .name = "conversation",
+                .group = CLI_GROUP_EFFECTS,
+                .synopsis = "NAME",
+                .summary = "show an agent session's messages and tool calls",
+                .help = "Prints the conversation an agent saved for session NAME (ntfs-run,\n"
+                        "ntfs-agent or /step save it with each step), in order: each message's text,\n"
+                        "each tool call with its input and each tool result, numbered by message.\n"
+                        "Control characters are shown as '?'. --json gives the messages as saved.\n"
+                        "It is how to look at a session after ntfs-run has ended.\n"
+                        "\nExample:\n  ntfs-ctl conversation s-20261207-1\n",
+                .flags = no_flags,
+                .min_pos = 1,
+                .max_pos = 1,
+                .run = cmd_conversation,
+        },
+        {
                 .name = "replay",
                 .group = CLI_GROUP_EFFECTS,
                 .synopsis = "NAME --into NEWNAME [--from STEP]",

@@ -312,3 +312,101 @@ int cmd_replay(struct ctx *c, const struct cmd *cmd, struct args *a) {
         json_decref(j);
         return 0;
 }
+
+/* ---- conversation: an agent session's messages ------------------------------------------- */
+
+/* Prints s after prefix, every control character (but, in s, the newline)
+ * shown as '?': a model's words reach a terminal. Continuation lines are
+ * indented. */
+static void print_block(const char *prefix, const char *s) {
+        for (const unsigned char *p = (const unsigned char *)prefix; *p; p++)
+                putchar(*p < 0x20 || *p == 0x7f ? '?' : *p);
+        for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+                if (*p == '\n')
+                        fputs(p[1] ? "\n    " : "", stdout);
+                else
+                        putchar(*p < 0x20 || *p == 0x7f ? '?' : *p);
+        }
+        putchar('\n');
+}
+
+/* The text of a tool result's content: a string, or the text of its blocks. */
+static void print_result(const char *prefix, const json_t *content) {
+        if (json_is_string(content)) {
+                print_block(prefix, json_string_value(content));
+                return;
+        }
+        size_t i;
+        json_t *b;
+        bool any = false;
+        json_array_foreach(content, i, b) {
+                const char *t = jstr(b, "text", NULL);
+                if (t) {
+                        print_block(prefix, t);
+                        any = true;
+                }
+        }
+        if (!any)
+                print_block(prefix, "");
+}
+
+int cmd_conversation(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        _cleanup_free_ char *path = session_path(a->pos[0], "/resume");
+        json_t *body = json_pack("{s:i}", "effects", 0);
+        if (!path || !body) {
+                json_decref(body);
+                return oom(c);
+        }
+        json_t *j = NULL;
+        int r = call(c, "POST", path, body, &j);
+        json_decref(body);
+        if (r)
+                return r;
+        json_t *msgs = json_object_get(j, "messages");
+        if (c->json) {
+                json_t *o = json_pack("{s:s, s:O?, s:O}", "session", a->pos[0], "step", json_object_get(j, "step"),
+                                      "messages", msgs ? msgs : json_null());
+                r = o ? print_json(o) : oom(c);
+                json_decref(o);
+                json_decref(j);
+                return r;
+        }
+        if (json_array_size(msgs) == 0)
+                printf("no conversation saved for %s\n", a->pos[0]);
+        size_t i;
+        json_t *m;
+        json_array_foreach(msgs, i, m) {
+                char prefix[160];
+                const char *role = jstr(m, "role", "?");
+                json_t *content = json_object_get(m, "content");
+                if (json_is_string(content)) {
+                        snprintf(prefix, sizeof prefix, "[%zu] %s: ", i + 1, role);
+                        print_block(prefix, json_string_value(content));
+                        continue;
+                }
+                size_t k;
+                json_t *b;
+                json_array_foreach(content, k, b) {
+                        const char *type = jstr(b, "type", "?");
+                        if (strcmp(type, "text") == 0) {
+                                snprintf(prefix, sizeof prefix, "[%zu] %s: ", i + 1, role);
+                                print_block(prefix, jstr(b, "text", ""));
+                        } else if (strcmp(type, "tool_use") == 0) {
+                                _cleanup_free_ char *in = json_dumps(json_object_get(b, "input"),
+                                                                     JSON_COMPACT | JSON_ENCODE_ANY);
+                                snprintf(prefix, sizeof prefix, "[%zu] %s calls %.40s (%.80s): ", i + 1, role,
+                                         jstr(b, "name", "?"), jstr(b, "id", "?"));
+                                print_block(prefix, in ? in : "");
+                        } else if (strcmp(type, "tool_result") == 0) {
+                                snprintf(prefix, sizeof prefix, "[%zu] %s result of %.80s%s: ", i + 1, role,
+                                         jstr(b, "tool_use_id", "?"), jtrue(b, "is_error") ? " (error)" : "");
+                                print_result(prefix, json_object_get(b, "content"));
+                        } else {
+                                snprintf(prefix, sizeof prefix, "[%zu] %s: ", i + 1, role);
+                                print_block(prefix, type);
+                        }
+                }
+        }
+        json_decref(j);
+        return 0;
+}

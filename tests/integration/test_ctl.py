@@ -25,8 +25,8 @@ HEX64 = re.compile(r"^[0-9a-f]{64}$")
 SHORT = re.compile(r"^[0-9a-f]{4,64}$")
 
 COMMANDS = ["status", "session new", "session ls", "session show", "session end", "mount", "mounts", "umount",
-            "checkpoint", "fork", "tag", "tags", "rollback", "log", "diff", "exec", "effects", "quota", "gc",
-            "fsck", "api"]
+            "checkpoint", "fork", "tag", "tags", "rollback", "log", "diff", "exec", "effects", "conversation",
+            "quota", "gc", "fsck", "api"]
 
 
 def ctl_bin():
@@ -1086,3 +1086,36 @@ def test_client_retries_a_request_the_daemon_did_not_take(daemon):
         for s in held:
             s.close()
     daemon.healthy()
+
+
+def test_conversation_shows_an_agent_sessions_messages(daemon):
+    """Issue 65: after ntfs-run ended there was no documented way to look at
+    its conversation. 'ntfs-ctl conversation NAME' prints the messages the
+    agent saved, in order, with tool calls and results; control characters
+    from the model are shown as '?'."""
+    daemon.ok("session", "new", "agent1")
+    assert daemon.ok("conversation", "agent1") == "no conversation saved for agent1\n"
+    messages = [
+        {"role": "user", "content": "List the files"},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "I will look.\nOne moment."},
+            {"type": "tool_use", "id": "toolu_1", "name": "bash_read", "input": {"command": "ls"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.txt\x1b[31m"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "There is a.txt."}]},
+    ]
+    h = daemon.http("POST", "/v1/sessions/agent1/state", {"messages": messages, "cursor": 4, "step": 2})
+    assert h.status == 200, h
+    out = daemon.ok("conversation", "agent1")
+    assert out.splitlines() == [
+        "[1] user: List the files",
+        "[2] assistant: I will look.",
+        "    One moment.",
+        '[2] assistant calls bash_read (toolu_1): {"command":"ls"}',
+        "[3] user result of toolu_1: a.txt?[31m",
+        "[4] assistant: There is a.txt.",
+    ], out
+    j = daemon.jok("conversation", "agent1")
+    assert j["messages"] == messages and j["step"] == 2
+    r = daemon.ctl("conversation", "nosuch")
+    assert r.returncode == 1 and "(session_not_found)" in r.stderr
