@@ -782,20 +782,44 @@ int ntfs_session_create(ntfs_store *st, const char *name, const char *from, ntfs
         return r;
 }
 
-int ws_replace_state(ntfs_store *st, const char *name, struct sess_rec *sr, const ntfs_hash *commit) {
+/* Is a handle open on the session's working state? Then its user (a
+ * mount's kernel) may hold its inode numbers. */
+static bool state_open(ntfs_store *st, const char *name, uint64_t wsid) {
+        for (ntfs_ws *w = st->wss; w; w = w->next)
+                if (w->session && w->wsid == wsid && strcmp(w->session, name) == 0)
+                        return true;
+        return false;
+}
+
+/* A fresh working state at c replaces sr's (retired). */
+static int replace_state(ntfs_store *st, struct sess_rec *sr, const struct commit_obj *c) {
+        uint64_t nw = wsid_alloc(st);
+        if (!nw)
+                return -EIO;
+        int r = ws_init_from_commit(st, nw, c);
+        if (r == 0)
+                r = wsid_retire(st, sr->wsid);
+        if (r == 0)
+                sr->wsid = nw;
+        return r;
+}
+
+/* Moves the session's head and working state to commit: the state is
+ * rewritten in place while a handle is open on it (*ret_ch: what changed;
+ * fs/ws-rollback.c), else, or when hard-link groups differ, replaced by a
+ * fresh one (*ret_ch NULL). */
+int ws_replace_state(ntfs_store *st, const char *name, struct sess_rec *sr, const ntfs_hash *commit,
+                     struct ws_changes **ret_ch) {
+        *ret_ch = NULL;
         struct commit_obj c;
         int r = commit_load(st, commit, &c);
         if (r < 0)
                 return r;
-        uint64_t old = sr->wsid;
-        uint64_t nw = wsid_alloc(st);
-        if (!nw)
-                return -EIO;
-        if ((r = ws_init_from_commit(st, nw, &c)) < 0)
+        r = state_open(st, name, sr->wsid) ? ws_rollback_in_place(st, sr->wsid, &c, ret_ch) : -EAGAIN;
+        if (r == -EAGAIN)
+                r = replace_state(st, sr, &c);
+        if (r < 0)
                 return r;
-        if ((r = wsid_retire(st, old)) < 0)
-                return r;
-        sr->wsid = nw;
         uint64_t ml = max_linkid(st, &c.links) + 1;
         if (sr->next_linkid < ml)
                 sr->next_linkid = ml;
@@ -841,17 +865,28 @@ int ntfs_rollback(ntfs_store *st, const char *name, const char *to, int steps, n
         uint64_t old_wsid = sr.wsid;
         if (r == 0)
                 r = NTFS_FAULT("store.rollback");
+        struct ws_changes *ch = NULL;
         if (r == 0)
-                r = ws_replace_state(st, name, &sr, &target);
+                r = ws_replace_state(st, name, &sr, &target, &ch);
         r = store_finish(st, r, true);
         if (r == 0) {
                 for (ntfs_ws *w = st->wss; w; w = w->next)
                         if (w->session && strcmp(w->session, name) == 0 && w->wsid == old_wsid) {
                                 w->wsid = sr.wsid;
-                                __atomic_add_fetch(&w->generation, 1, __ATOMIC_RELEASE);
-                                w->invalidate_pending = true;
+                                __atomic_add_fetch(&w->rollbacks, 1, __ATOMIC_RELEASE);
+                                if (!ch) {
+                                        __atomic_add_fetch(&w->generation, 1, __ATOMIC_RELEASE);
+                                        w->invalidate_pending = true;
+                                } else if (w->pending_changes) {
+                                        /* a list not yet delivered: everything */
+                                        w->invalidate_pending = true;
+                                } else if (ch->n) {
+                                        ch->refs++;
+                                        w->pending_changes = ch;
+                                }
                         }
         }
+        ws_changes_unref(ch);
         store_leave(st);
         /* Drop the kernel's caches of every mount of the session before
          * returning, in this thread (docs/mount.md). */

@@ -101,6 +101,7 @@ struct ntfs_mount {
         struct kentry **ebuckets;
         size_t nebuckets, nentries;
         size_t nneg;       /* entries with inode NULL */
+        struct kentry *negs; /* those entries, chained through inext/iprev */
         bool neg_purge;    /* asks inval_main to purge the negative entries */
         uint64_t invalidations;
 
@@ -145,9 +146,11 @@ static inline struct kinode *kinode_find(ntfs_mount *m, uint64_t ino) {
         return NULL;
 }
 
-/* Unhooks e from its hash chain and its inode's list, and frees it
- * (mount-ops.c; m->lock held). */
+/* Unhooks e from its hash chain and its inode's list (or the negative
+ * entries' list), and frees it (mount-ops.c; m->lock held). */
 void mount_kentry_free(ntfs_mount *m, struct kentry *e);
+/* The entry (parent, name), or NULL (mount-ops.c; m->lock held). */
+struct kentry *mount_kentry_find(ntfs_mount *m, uint64_t parent, const char *name, size_t len);
 
 /* The request handlers (mount-ops.c). mount_op_open and mount_op_opendir
  * are in mount_ops; ntfs_mount_start replaces both with

@@ -130,13 +130,23 @@ void mount_kentry_free(ntfs_mount *m, struct kentry *e) {
         free(e);
 }
 
+struct kentry *mount_kentry_find(ntfs_mount *m, uint64_t parent, const char *name, size_t len) {
+        return *kentry_slot(m, parent, name, len);
+}
+
+/* Puts e at the head of list *head (an inode's entries, or the negative
+ * entries). */
+static void kentry_link(struct kentry *e, struct kentry **head) {
+        e->iprev = head;
+        e->inext = *head;
+        if (*head)
+                (*head)->iprev = &e->inext;
+        *head = e;
+}
+
 static void kentry_attach(struct kentry *e, struct kinode *n) {
         e->inode = n;
-        e->iprev = &n->entries;
-        e->inext = n->entries;
-        if (n->entries)
-                n->entries->iprev = &e->inext;
-        n->entries = e;
+        kentry_link(e, &n->entries);
 }
 
 static void kentry_detach(struct kentry *e) {
@@ -190,6 +200,7 @@ static bool entry_set_negative(ntfs_mount *m, uint64_t parent, const char *name)
         if (e) {
                 if (e->inode) { /* was a name the kernel knew: now absent */
                         kentry_detach(e);
+                        kentry_link(e, &m->negs);
                         m->nneg++;
                 }
                 return true;
@@ -210,8 +221,7 @@ static bool entry_set_negative(ntfs_mount *m, uint64_t parent, const char *name)
         memcpy(e->name, name, len + 1);
         e->hnext = NULL;
         e->inode = NULL;
-        e->iprev = NULL;
-        e->inext = NULL;
+        kentry_link(e, &m->negs);
         *p = e;
         m->nentries++;
         m->nneg++;
@@ -284,11 +294,11 @@ static void attr_to_stat(const struct ntfs_attr *a, struct stat *st) {
         st->st_ctim = a->ctime;
 }
 
-/* What may change the kernel's cached answers: a rollback (the
- * generation) or another handle opening on the session (the sharing
+/* What may change the kernel's cached answers: a rollback (in place or
+ * not) or another handle opening on the session (the sharing
  * epoch); both only go up. A reply whose request straddled a change is
  * sent with zero timeouts. */
-static uint64_t cache_epoch(ntfs_mount *m) { return ntfs_ws_generation(m->ws) + ntfs_ws_share_epoch(m->ws); }
+static uint64_t cache_epoch(ntfs_mount *m) { return ntfs_ws_rollbacks(m->ws) + ntfs_ws_share_epoch(m->ws); }
 
 /* A configured timeout t as the kernel gets it now: at most
  * MOUNT_SHARED_TIMEOUT while the session is shared. */

@@ -311,7 +311,157 @@ void ntfs_mount_invalidate_all(ntfs_mount *m) {
         pthread_mutex_unlock(&m->lock);
 }
 
-static void ws_invalidated(ntfs_ws *ws, void *ud) { ntfs_mount_invalidate_all(ud); }
+/* What the kernel is told after a rollback in place, in the order of the
+ * store's list (a removed directory's entries before it). */
+struct note {
+        enum { NOTE_DELETE, NOTE_ENTRY, NOTE_INODE, NOTE_FORGET } kind;
+        uint64_t parent, ino;
+        char *name;
+        size_t len;
+};
+
+static int cmp_u64(const void *a, const void *b) {
+        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+        return x < y ? -1 : x > y;
+}
+
+/* Turns the store's changes into notes (m->lock held): an entry the kernel
+ * was told of that the rollback removed is deleted; an inode it knows
+ * whose attributes, content or entries changed is invalidated; a negative
+ * entry under a changed directory is invalidated. A removed inode the
+ * kernel never knew is forgotten at once (unless another mount of the
+ * session may know it). Returns the number of notes, or -ENOMEM. */
+static ssize_t changes_to_notes(ntfs_mount *m, const struct ntfs_ws_change *ch, size_t n, struct note *notes,
+                                uint64_t *dirs) {
+        size_t nn = 0, nd = 0;
+        bool shared = ntfs_ws_shared(m->ws);
+        for (size_t i = 0; i < n; i++) {
+                const struct ntfs_ws_change *c = &ch[i];
+                if (c->kind == NTFS_WS_CH_GONE) {
+                        size_t len = strlen(c->name);
+                        struct kentry *e = mount_kentry_find(m, c->parent, c->name, len);
+                        bool known = kinode_find(m, c->ino) != NULL;
+                        if (e && e->inode && e->inode->ino == c->ino) {
+                                char *nm = strndup(c->name, len);
+                                if (!nm)
+                                        return -ENOMEM;
+                                notes[nn++] = (struct note){NOTE_DELETE, c->parent, c->ino, nm, len};
+                                mount_kentry_free(m, e);
+                        }
+                        if (!known && !shared)
+                                notes[nn++] = (struct note){.kind = NOTE_FORGET, .ino = c->ino};
+                        continue;
+                }
+                if (c->kind == NTFS_WS_CH_DIR)
+                        dirs[nd++] = c->ino;
+                if (kinode_find(m, c->ino))
+                        notes[nn++] = (struct note){.kind = NOTE_INODE, .ino = c->ino};
+        }
+        if (!nd || !m->nneg)
+                return (ssize_t)nn;
+        qsort(dirs, nd, sizeof *dirs, cmp_u64);
+        for (struct kentry *e = m->negs, *next; e; e = next) {
+                next = e->inext;
+                if (!bsearch(&e->parent, dirs, nd, sizeof *dirs, cmp_u64))
+                        continue;
+                char *nm = strndup(e->name, e->namelen);
+                if (!nm)
+                        return -ENOMEM;
+                notes[nn++] = (struct note){NOTE_ENTRY, e->parent, 0, nm, e->namelen};
+                mount_kentry_free(m, e);
+        }
+        return (ssize_t)nn;
+}
+
+static void send_note(ntfs_mount *m, const struct note *t) {
+        int r = 0;
+        switch (t->kind) {
+        case NOTE_DELETE:
+                /* The kernel refuses a directory still holding entries in
+                 * use (a shell's cwd below it): then it is only unhashed. */
+                r = fuse_lowlevel_notify_delete(m->se, t->parent, t->ino, t->name, t->len);
+                if (r < 0 && r != -ENOENT)
+                        r = fuse_lowlevel_notify_inval_entry(m->se, t->parent, t->name, t->len);
+                break;
+        case NOTE_ENTRY:
+                r = fuse_lowlevel_notify_inval_entry(m->se, t->parent, t->name, t->len);
+                break;
+        case NOTE_INODE:
+                r = fuse_lowlevel_notify_inval_inode(m->se, t->ino, 0, 0);
+                break;
+        case NOTE_FORGET:
+                break; /* after the notifications, without inval_lock */
+        }
+        if (r < 0 && r != -ENOENT)
+                mdebug("rollback note %d for %" PRIu64 "/%" PRIu64 ": %d", (int)t->kind, t->parent, t->ino, r);
+}
+
+/* A rollback in place changed what ch lists: the kernel drops exactly
+ * that (docs/mount.md, "Rollback in place"). Inode numbers the kernel
+ * holds stay valid, so its dentries of kept paths stay too: a process
+ * sitting in a kept directory keeps its cwd. */
+static void mount_apply_changes(ntfs_mount *m, const struct ntfs_ws_change *ch, size_t n) {
+        if (tls_fuse_worker) { /* never notify from a worker: all, by inval_main */
+                pthread_mutex_lock(&m->lock);
+                m->inval_requested = true;
+                pthread_cond_broadcast(&m->cond);
+                pthread_mutex_unlock(&m->lock);
+                return;
+        }
+        pthread_mutex_lock(&m->lock);
+        if (m->stopping || m->loop_ended) {
+                pthread_mutex_unlock(&m->lock);
+                return;
+        }
+        m->cb_running++;
+        pthread_mutex_unlock(&m->lock);
+        pthread_mutex_lock(&m->inval_lock);
+        pthread_mutex_lock(&m->lock);
+        ssize_t nn = -ENOMEM;
+        size_t cap = 2 * n + m->nneg + 1; /* a removal: a delete and a forget */
+        struct note *notes = calloc(cap, sizeof *notes);
+        uint64_t *dirs = calloc(n + 1, sizeof *dirs);
+        if (notes && dirs)
+                nn = changes_to_notes(m, ch, n, notes, dirs);
+        pthread_mutex_unlock(&m->lock);
+        if (nn < 0) {
+                /* out of memory: everything, the least that is right */
+                for (size_t i = 0; notes && i < cap; i++)
+                        free(notes[i].name);
+                free(notes);
+                free(dirs);
+                pthread_mutex_unlock(&m->inval_lock);
+                pthread_mutex_lock(&m->lock);
+                m->cb_running--;
+                m->inval_requested = true;
+                pthread_cond_broadcast(&m->cond);
+                pthread_mutex_unlock(&m->lock);
+                return;
+        }
+        for (ssize_t i = 0; i < nn; i++)
+                send_note(m, &notes[i]);
+        pthread_mutex_unlock(&m->inval_lock);
+        for (ssize_t i = 0; i < nn; i++) {
+                if (notes[i].kind == NOTE_FORGET)
+                        ntfs_ws_forget(m->ws, notes[i].ino);
+                free(notes[i].name);
+        }
+        free(notes);
+        free(dirs);
+        pthread_mutex_lock(&m->lock);
+        m->cb_running--;
+        m->invalidations++;
+        pthread_cond_broadcast(&m->cond);
+        pthread_mutex_unlock(&m->lock);
+}
+
+static void ws_invalidated(ntfs_ws *ws, const struct ntfs_ws_change *ch, size_t n, void *ud) {
+        (void)ws;
+        if (ch)
+                mount_apply_changes(ud, ch, n);
+        else
+                ntfs_mount_invalidate_all(ud);
+}
 
 /* Another mount of the session changed ino's data (the store calls this
  * with its lock held, in the writer's thread): queue it for inval_main if
@@ -362,26 +512,14 @@ static void purge_negatives(ntfs_mount *m) {
         m->neg_purge = false;
         size_t cap = m->nneg, ne = 0;
         struct inval_entry *ents = calloc(cap ? cap : 1, sizeof(*ents));
-        for (size_t i = 0; ents && i < m->nebuckets; i++) {
-                struct kentry **p = &m->ebuckets[i];
-                while (*p) {
-                        struct kentry *e = *p;
-                        if (e->inode || ne >= cap) {
-                                p = &e->hnext;
-                                continue;
-                        }
-                        char *nm = malloc(e->namelen + 1);
-                        if (!nm) {
-                                p = &e->hnext;
-                                continue;
-                        }
-                        memcpy(nm, e->name, e->namelen + 1);
-                        ents[ne++] = (struct inval_entry){e->parent, nm, e->namelen};
-                        *p = e->hnext;
-                        m->nentries--;
-                        m->nneg--;
-                        free(e);
-                }
+        while (ents && m->negs && ne < cap) {
+                struct kentry *e = m->negs;
+                char *nm = malloc(e->namelen + 1);
+                if (!nm)
+                        break;
+                memcpy(nm, e->name, e->namelen + 1);
+                ents[ne++] = (struct inval_entry){e->parent, nm, e->namelen};
+                mount_kentry_free(m, e);
         }
         pthread_mutex_unlock(&m->lock);
         for (size_t i = 0; i < ne; i++) {

@@ -284,8 +284,12 @@ struct ntfs_ws {
         /* for views (no session record): */
         uint64_t view_next_ino;
         ntfs_hash view_commit;
-        void (*inval_cb)(ntfs_ws *, void *);
+        void (*inval_cb)(ntfs_ws *, const struct ntfs_ws_change *, size_t, void *);
         void *inval_ud;
+        /* What the last rollback in place changed, for inval_cb (with
+         * invalidate_pending false; invalidate_pending says "everything") */
+        struct ws_changes *pending_changes;
+        uint64_t rollbacks; /* ntfs_ws_rollbacks */
         /* Told (lock held) when another handle on the session changed an
          * inode's data (ntfs_ws_set_data_cb). */
         void (*data_cb)(ntfs_ws *, uint64_t ino, void *);
@@ -571,7 +575,26 @@ void ino_from_entry(const struct tree_entry *e, struct ino_rec *r);
  * flags); returns the root entry and link table. */
 int ws_serialize(ntfs_store *st, uint64_t wsid, const ntfs_hash *old_links, struct tree_entry *ret_root,
                  ntfs_hash *ret_links);
-int ws_replace_state(ntfs_store *st, const char *name, struct sess_rec *r, const ntfs_hash *commit);
+/* What a rollback in place changed (refcounted: ws_changes_unref). */
+struct ws_changes {
+        unsigned refs;
+        size_t n, cap;
+        struct ntfs_ws_change *v;
+};
+struct ws_changes *ws_changes_new(void);
+void ws_changes_unref(struct ws_changes *c);
+/* checkpoint.c: moves session name's head and working state to commit,
+ * in place while a handle is open on the state (*ret_ch: what changed),
+ * else replaced by a fresh state (*ret_ch NULL). Lock held, batch open. */
+int ws_replace_state(ntfs_store *st, const char *name, struct sess_rec *r, const ntfs_hash *commit,
+                     struct ws_changes **ret_ch);
+/* A rollback in place (fs/ws-rollback.c): rewrites working state wsid to
+ * commit c, keeping the inode numbers of the paths both have; *ret gets
+ * what changed. -EAGAIN: hard-link groups differ, the state must be
+ * replaced. Lock held, batch open; the caller does the session record. */
+int ws_rollback_in_place(ntfs_store *st, uint64_t wsid, const struct commit_obj *c, struct ws_changes **ret);
+/* The link table working state wsid is based on (ws.c). */
+int ws_links_get(ntfs_store *st, uint64_t wsid, ntfs_hash *ret);
 /* A new session name at commit (lock held; op names the reflog entry);
  * name_free: -NTFS_EINVALNAME / -NTFS_ESESSEXISTS unless name is free for
  * a session. (Used by fs/import.c too.) */

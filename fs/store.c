@@ -310,12 +310,19 @@ void store_run_invalidations(ntfs_store *st) {
          * ntfs_ws_set_invalidate_cb() can wait for it to finish. */
         pthread_mutex_lock(&st->inval_lock);
         for (;;) {
-                void (*cb)(ntfs_ws *, void *) = NULL;
+                void (*cb)(ntfs_ws *, const struct ntfs_ws_change *, size_t, void *) = NULL;
                 void *ud = NULL;
                 ntfs_ws *target = NULL;
+                struct ws_changes *ch = NULL;
                 store_lock(st);
                 for (ntfs_ws *w = st->wss; w; w = w->next)
-                        if (w->invalidate_pending) {
+                        if (w->invalidate_pending || w->pending_changes) {
+                                /* everything, or what a rollback in place changed */
+                                if (!w->invalidate_pending)
+                                        ch = w->pending_changes;
+                                else
+                                        ws_changes_unref(w->pending_changes);
+                                w->pending_changes = NULL;
                                 w->invalidate_pending = false;
                                 cb = w->inval_cb;
                                 ud = w->inval_ud;
@@ -326,7 +333,8 @@ void store_run_invalidations(ntfs_store *st) {
                 if (!target)
                         break;
                 if (cb)
-                        cb(target, ud);
+                        cb(target, ch ? ch->v : NULL, ch ? ch->n : 0, ud);
+                ws_changes_unref(ch);
         }
         pthread_mutex_unlock(&st->inval_lock);
 }

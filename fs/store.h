@@ -291,13 +291,35 @@ int ntfs_ws_open(ntfs_store *st, const char *session, ntfs_ws **ret);
 int ntfs_ws_open_view(ntfs_store *st, const char *ref, ntfs_ws **ret);
 void ntfs_ws_close(ntfs_ws *ws);
 bool ntfs_ws_readonly(const ntfs_ws *ws);
-/* Called (without the store lock held) after the state was replaced, and
- * when another handle on the same session opens (see ntfs_ws_shared). */
-void ntfs_ws_set_invalidate_cb(ntfs_ws *ws, void (*cb)(ntfs_ws *, void *), void *ud);
+/* What a rollback in place changed (fs/ws-rollback.c), for the caches of a
+ * handle's user (a mount's kernel): */
+enum ntfs_ws_change_kind {
+        NTFS_WS_CH_INODE = 1, /* ino kept its number; its attributes or content changed */
+        NTFS_WS_CH_DIR,       /* directory ino kept its number; its entries or attributes changed */
+        NTFS_WS_CH_GONE,      /* (parent, name) no longer names ino, which is unlinked (or, a
+                               * hard-link group member, lives on under its other names) */
+};
+struct ntfs_ws_change {
+        uint64_t parent, ino;
+        const char *name; /* NTFS_WS_CH_GONE only */
+        uint8_t kind;
+};
+/* Called (without the store lock held) after a rollback changed the state,
+ * and when another handle on the same session opens (see ntfs_ws_shared).
+ * changes: what changed, the entries of a removed directory before it;
+ * NULL (n 0) when anything may have: the state was replaced and every inode
+ * number is void (see ntfs_ws_generation), or the handle became shared. */
+void ntfs_ws_set_invalidate_cb(ntfs_ws *ws,
+                               void (*cb)(ntfs_ws *, const struct ntfs_ws_change *changes, size_t n, void *ud),
+                               void *ud);
 /* Number of successful write calls on this handle (for auto-checkpoint). */
 uint64_t ntfs_ws_changes(ntfs_ws *ws);
-/* Incremented each time the state is replaced (rollback). */
+/* Incremented each time the state is replaced by a fresh one, with new
+ * inode numbers (a rollback that cannot be done in place). */
 uint64_t ntfs_ws_generation(ntfs_ws *ws);
+/* Incremented by every rollback, in place or not: an answer computed
+ * across one may be of either state. */
+uint64_t ntfs_ws_rollbacks(ntfs_ws *ws);
 /* True while another read-write handle on the same session is open: then
  * changes can reach the working state that this handle's user (a mount)
  * does not see, so it must not let the kernel cache answers for long. When

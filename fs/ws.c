@@ -174,6 +174,14 @@ static int hdr_get(ntfs_store *st, uint64_t wsid, struct ws_hdr *ret) {
         return 0;
 }
 
+int ws_links_get(ntfs_store *st, uint64_t wsid, ntfs_hash *ret) {
+        struct ws_hdr h;
+        int r = hdr_get(st, wsid, &h);
+        if (r == 0)
+                *ret = h.links;
+        return r;
+}
+
 static int hdr_put(ntfs_store *st, uint64_t wsid, const struct ws_hdr *h) {
         uint8_t k[16];
         key2(k, wsid, 0);
@@ -461,6 +469,7 @@ static bool txn_ok(ntfs_store *st) { return store_txn_begin(st) == 0; }
 static size_t forget_drain(ntfs_ws *ws, size_t *budget);
 
 static void ws_free(ntfs_ws *ws) {
+        ws_changes_unref(ws->pending_changes);
         pthread_mutex_destroy(&ws->fq_lock);
         free(ws->fq);
         free(ws->session);
@@ -617,7 +626,9 @@ void ntfs_ws_close(ntfs_ws *ws) {
 bool ntfs_ws_readonly(const ntfs_ws *ws) { return ws->readonly; }
 const char *ntfs_ws_session(const ntfs_ws *ws) { return ws->session; }
 
-void ntfs_ws_set_invalidate_cb(ntfs_ws *ws, void (*cb)(ntfs_ws *, void *), void *ud) {
+void ntfs_ws_set_invalidate_cb(ntfs_ws *ws,
+                               void (*cb)(ntfs_ws *, const struct ntfs_ws_change *, size_t, void *),
+                               void *ud) {
         /* Taking inval_lock waits for a running callback: once this
          * returns, the old callback is not running and will not run. */
         pthread_mutex_lock(&ws->st->inval_lock);
@@ -653,6 +664,7 @@ uint64_t ntfs_ws_changes(ntfs_ws *ws) {
 }
 
 uint64_t ntfs_ws_generation(ntfs_ws *ws) { return __atomic_load_n(&ws->generation, __ATOMIC_ACQUIRE); }
+uint64_t ntfs_ws_rollbacks(ntfs_ws *ws) { return __atomic_load_n(&ws->rollbacks, __ATOMIC_ACQUIRE); }
 bool ntfs_ws_shared(ntfs_ws *ws) { return __atomic_load_n(&ws->shared, __ATOMIC_ACQUIRE); }
 uint64_t ntfs_ws_share_epoch(ntfs_ws *ws) { return __atomic_load_n(&ws->share_epoch, __ATOMIC_ACQUIRE); }
 

@@ -277,9 +277,13 @@ TEST(checkpoint_rollback_fork_tag) {
         ASSERT_ERR(ntfs_rollback(st, "s", NULL, 1, &h), -NTFS_EFLOOR);
         ASSERT_OK(ntfs_rollback(st, "s", "v1", 0, &h));
         expect_content(ws, "a.txt", "two");
-        /* an inode of the replaced state is stale */
+        /* with a handle open the rollbacks were in place: the inode the
+         * rollback to the creation removed is unlinked, as by rm, and keeps
+         * its content; the name is a new inode */
         char buf[8];
-        ASSERT_ERR(ntfs_ws_read(ws, ino, buf, 8, 0), -ESTALE);
+        ASSERT_EQ(ntfs_ws_read(ws, ino, buf, 8, 0), 3);
+        ASSERT(memcmp(buf, "one", 3) == 0);
+        ASSERT(must(ws, "a.txt") != ino);
 
         /* fork is independent */
         ntfs_ws *fw;
@@ -735,8 +739,8 @@ TEST(keeper_records_survive_reclaim) {
         bool ch;
         ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &h, &ch));
         mkfile(ws, NTFS_ROOT_INO, "b", "two");
+        ntfs_ws_close(ws); /* no handle: the state is replaced, not rolled back in place */
         ASSERT_OK(ntfs_rollback(st, "s", NULL, 0, &h)); /* the old working state is dead */
-        ntfs_ws_close(ws);
         ntfs_store_close(st);
         st = open_store(); /* reclaims it */
         store_lock(st);
@@ -3180,6 +3184,98 @@ TEST(a_group_of_one_made_here_is_plain_again) {
         rm_rf(tmpdir);
 }
 
+/* A rollback with a handle open is done in place (fs/ws-rollback.c): the
+ * paths both states have keep their inode numbers, and the handle's
+ * callback gets exactly what changed, a removed directory's entries before
+ * it; a rollback to an unchanged head changes nothing. When hard-link
+ * groups changed since the last checkpoint, the state is replaced instead:
+ * a new generation, the callback told "everything". */
+static struct {
+        int calls, all;
+        size_t n;
+        struct ntfs_ws_change v[32];
+        char names[32][32];
+} seen;
+static void record_changes(ntfs_ws *ws, const struct ntfs_ws_change *ch, size_t n, void *ud) {
+        (void)ws;
+        (void)ud;
+        seen.calls++;
+        if (!ch) {
+                seen.all++;
+                return;
+        }
+        seen.n = n < 32 ? n : 32;
+        for (size_t i = 0; i < seen.n; i++) {
+                seen.v[i] = ch[i];
+                snprintf(seen.names[i], sizeof seen.names[i], "%s", ch[i].name ? ch[i].name : "");
+        }
+}
+
+static ssize_t seen_find(uint8_t kind, uint64_t ino) {
+        for (size_t i = 0; i < seen.n; i++)
+                if (seen.v[i].kind == kind && seen.v[i].ino == ino)
+                        return (ssize_t)i;
+        return -1;
+}
+
+TEST(rollback_in_place_keeps_inode_numbers) {
+        ntfs_store *st;
+        ntfs_ws *ws = session_opened(&st, NULL);
+        memset(&seen, 0, sizeof seen);
+        ntfs_ws_set_invalidate_cb(ws, record_changes, NULL);
+        struct ntfs_attr a;
+        ASSERT_OK(ntfs_ws_mkdir(ws, NTFS_ROOT_INO, "d", 0755, 0, 0, &a));
+        uint64_t d = a.ino;
+        uint64_t f = mkfile(ws, d, "f", "one");
+        uint64_t same = mkfile(ws, d, "same", "unchanged");
+        ntfs_hash c1;
+        bool ch;
+        ASSERT_OK(ntfs_checkpoint(st, "s", NULL, NULL, &c1, &ch));
+        uint64_t gen = ntfs_ws_generation(ws), rb = ntfs_ws_rollbacks(ws);
+
+        /* nothing changed: nothing to tell */
+        ASSERT_OK(ntfs_rollback(st, "s", NULL, 0, NULL));
+        ASSERT_EQ(seen.calls, 0);
+        ASSERT_EQ(ntfs_ws_rollbacks(ws), rb + 1);
+
+        ASSERT_EQ(ntfs_ws_write(ws, f, "TWO!", 4, 0, false), 4);
+        ASSERT_OK(ntfs_ws_mkdir(ws, d, "new", 0755, 0, 0, &a));
+        uint64_t nd = a.ino;
+        uint64_t h = mkfile(ws, nd, "h", "deep");
+        ASSERT_OK(ntfs_rollback(st, "s", NULL, 0, NULL));
+        ASSERT_EQ(ntfs_ws_generation(ws), gen);
+        ASSERT_EQ(must(ws, "d"), d);
+        ASSERT_EQ(must(ws, "d/f"), f);
+        ASSERT_EQ(must(ws, "d/same"), same);
+        expect_content(ws, "d/f", "one");
+        ASSERT_ERR(ntfs_ws_lookup(ws, d, "new", &a), -ENOENT);
+        char buf[8];
+        ASSERT_EQ(ntfs_ws_read(ws, h, buf, 8, 0), 4); /* unlinked, as by rm: content kept */
+        ASSERT_EQ(seen.calls, 1);
+        ssize_t gh = seen_find(NTFS_WS_CH_GONE, h), gn = seen_find(NTFS_WS_CH_GONE, nd);
+        ASSERT(gh >= 0 && gn > gh); /* deepest first */
+        ASSERT_EQ(seen.v[gh].parent, nd);
+        ASSERT_STREQ(seen.names[gh], "h");
+        ASSERT_EQ(seen.v[gn].parent, d);
+        ASSERT_STREQ(seen.names[gn], "new");
+        ASSERT(seen_find(NTFS_WS_CH_INODE, f) >= 0);
+        ASSERT(seen_find(NTFS_WS_CH_DIR, d) >= 0);
+        ASSERT(seen_find(NTFS_WS_CH_INODE, same) < 0 && seen_find(NTFS_WS_CH_GONE, same) < 0);
+        ASSERT_EQ(seen.n, 5u); /* h, new, f, d and the root */
+
+        /* a hard link made since the checkpoint: the state is replaced */
+        ASSERT_OK(ntfs_ws_link(ws, f, NTFS_ROOT_INO, "f2", &a));
+        ASSERT_OK(ntfs_rollback(st, "s", NULL, 0, NULL));
+        ASSERT_EQ(ntfs_ws_generation(ws), gen + 1);
+        ASSERT_EQ(seen.all, 1);
+        ASSERT_ERR(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "f2", &a), -ENOENT);
+        expect_content(ws, "d/f", "one");
+        ntfs_ws_set_invalidate_cb(ws, NULL, NULL);
+        fsck_clean(st);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+}
+
 /* A second read-write handle on a session makes every handle on it shared
  * (the mount then keeps kernel caches short), bumps the first one's
  * sharing epoch and runs its invalidate callback before the open returns;
@@ -3187,10 +3283,11 @@ TEST(a_group_of_one_made_here_is_plain_again) {
  * user may still hold. The last handle left is no longer shared; views and
  * other sessions never are. */
 static int inval_calls;
-static void count_inval(ntfs_ws *ws, void *ud) {
+static void count_inval(ntfs_ws *ws, const struct ntfs_ws_change *ch, size_t n, void *ud) {
         (void)ws;
         (void)ud;
-        inval_calls++;
+        if (!ch && !n) /* "everything": the session became shared */
+                inval_calls++;
 }
 
 TEST(second_handle_shares_the_session) {
@@ -3844,6 +3941,7 @@ int main(void) {
         RUN(hardlinks_across_checkpoints);
         RUN(link_unlink_cycles_write_no_freed_pages);
         RUN(keeper_records_survive_reclaim);
+        RUN(rollback_in_place_keeps_inode_numbers);
         RUN(a_group_of_one_made_here_is_plain_again);
         RUN(readdir_cookies_survive_changes);
         RUN(readdir_lists_what_lookup_sees_and_stops_at_max);
