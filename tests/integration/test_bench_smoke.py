@@ -351,3 +351,22 @@ def test_wake_here_set_for_the_run_and_put_back(tmp_path):
     finally:
         with open(WAKE_PARAM, "w") as f:
             f.write(was)
+
+
+def test_rollback_bench_small(tmp_path):
+    """tools/bench-rollback.py on small trees: the table has both rows with a
+    number per size and a ratio; every round's rollback restored the file
+    and the shell sitting in the mount never failed (the script checks and
+    exits 1 otherwise); nothing is left mounted."""
+    r = subprocess.run([os.path.join(ROOT, "tools", "bench-rollback.py"), "--build", BUILD, "--sizes", "100,400",
+                        "--rounds", "3", "--dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = {l.split("|")[1].strip(): [c.strip() for c in l.strip().strip("|").split("|")[1:]]
+            for l in r.stdout.splitlines() if l.startswith("| ") and "ms" not in l}
+    assert sorted(rows) == ["git reset --hard (native disk)", "ntfs rollback (socket)"]
+    num = re.compile(r"^\d+\.\d+$")
+    for cells in rows.values():
+        assert len(cells) == 3 and all(num.match(c) and float(c) > 0 for c in cells), cells
+    with open("/proc/self/mounts") as f:
+        assert str(tmp_path) not in f.read()
+    assert os.listdir(tmp_path) == []
