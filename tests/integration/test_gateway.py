@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import lazy_unmount, mounts_under
+from conftest import find_bin, lazy_unmount, mounts_under
 from ctl_fixtures import Daemon
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -429,6 +429,49 @@ def test_llm_without_key_is_a_clear_error(scratch):
         assert not d.sanitizer_errors()
 
 
+def start_refused(scratch, policy_text, env_text):
+    """Starts ntfsd with this policy and env file; it must refuse to start."""
+    pol = os.path.join(scratch, "short.ini")
+    with open(pol, "w") as f:
+        f.write(policy_text)
+    envf = os.path.join(scratch, "short.env")
+    with open(envf, "w") as f:
+        f.write(env_text)
+    os.chmod(envf, 0o600)
+    store, sock = os.path.join(scratch, "store-short"), os.path.join(scratch, "short.sock")
+    p = subprocess.Popen([find_bin("ntfsd"), "--store", store, "--socket", sock, "-f", "--policy", pol,
+                          "--env-file", envf], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+        pytest.fail(f"ntfsd started (and served) with a secret it cannot redact: {err[-2000:]}")
+    assert not os.path.exists(sock), "the daemon served its socket"
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def test_short_credential_refused_at_start(scratch):
+    # A 3-byte secret cannot be redacted without redacting ordinary text; the
+    # journal refuses it, and the daemon must not start without redaction
+    # (before, it started and redacted nothing, the API key included).
+    env_text = f"ANTHROPIC_API_KEY={API_KEY}\nSHORT_TOKEN=abc\n"
+    p = start_refused(scratch, "[credential 127.0.0.1]\nheader = X-Api-Token\nvalue_env = SHORT_TOKEN\n",
+                      env_text)
+    assert p.returncode != 0, p
+    assert "127.0.0.1" in p.stderr and "redacted safely" in p.stderr, p.stderr
+    assert "abc" not in p.stderr and API_KEY not in p.stderr + p.stdout
+    # the same as a literal in the policy file: refused by the parser, naming the line
+    p = start_refused(scratch, "[credential 127.0.0.1]\nheader = X-Api-Token\nvalue = abc\n", env_text)
+    assert p.returncode != 0, p
+    assert "line 3" in p.stderr and "redacted safely" in p.stderr, p.stderr
+    # and a 3-byte LLM key
+    p = start_refused(scratch, "[fetch]\n", "ANTHROPIC_API_KEY=k3y\n")
+    assert p.returncode != 0, p
+    assert "ANTHROPIC_API_KEY" in p.stderr and "redacted safely" in p.stderr, p.stderr
+
+
 # ---- the jail: no credentials, and the egress proxy ----------------------------------------
 
 def run(gw, cmd, tool="bash_run"):
@@ -500,6 +543,17 @@ def test_egress_host_header_must_match(gw):
 def test_zz_secrets_absent_from_journal_and_log(gw):
     # make sure there is something to search: a credentialed fetch and a generation were journaled
     fetch(gw, url(gw, "/echo-headers"), idempotency_key="last-" + uuid.uuid4().hex)
+    # and the secrets reach the journal by paths the gateway's masking does not
+    # cover: in a command (the effect's input) and its output (the result), and
+    # in an LLM request's text; only the journal's redaction stands between
+    # them and the file
+    j = run(gw, f"echo {API_KEY}; echo {TOKEN} >&2", tool="bash_read")
+    assert API_KEY in j["stdout"] and TOKEN in j["stderr"], j
+    post_json(gw.llm_port, "/_control/script", {"steps": [{"status": 200}]})
+    r = gw.d.http("POST", "/v1/sessions/main/llm",
+                  {"messages": [{"role": "user", "content": f"remember {API_KEY} and {TOKEN}"}],
+                   "idempotency_key": "zz-" + uuid.uuid4().hex}, timeout=60)
+    assert r.status == 200, r
     found = []
     for name in os.listdir(gw.d.store):
         if name.startswith("journal.db"):
