@@ -538,6 +538,75 @@ def test_egress_host_header_must_match(gw):
     assert "code=403" in j["stdout"], j
 
 
+RAW_PROXY_CLIENT = r"""
+import socket, sys
+def ask(head, inner=None):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+    s.sendall(head.encode())
+    got = b""
+    while b"\r\n\r\n" not in got:
+        c = s.recv(4096)
+        if not c:
+            break
+        got += c
+    first = got.split(b"\r\n", 1)[0].decode()
+    if inner is not None and " 200 " in first:
+        s.sendall(inner.encode())
+        got = b""
+        while True:
+            c = s.recv(4096)
+            if not c:
+                break
+            got += c
+        first += " | " + got.split(b"\r\n", 1)[0].decode()
+    s.close()
+    return first
+port = int(sys.argv[1])
+t = "127.0.0.1:%d" % port
+cases = [
+    ("dup_host", "GET http://%s/ok HTTP/1.1\r\nHost: %s\r\nHost: %s\r\n\r\n" % (t, t, t), None),
+    ("dup_host_spaced", "GET http://%s/ok HTTP/1.1\r\nHost: %s\r\nHost : evil.test\r\n\r\n" % (t, t), None),
+    ("connect_host_mismatch", "CONNECT %s HTTP/1.1\r\nHost: evil.test\r\n\r\n" % t, ""),
+    ("connect_dup_host", "CONNECT %s HTTP/1.1\r\nHost: %s\r\nHost: %s\r\n\r\n" % (t, t, t), ""),
+    ("inner_host_mismatch", "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (t, t),
+     "GET /ok HTTP/1.1\r\nHost: evil.test\r\n\r\n"),
+    ("inner_dup_host", "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (t, t),
+     "GET /ok HTTP/1.1\r\nHost: %s\r\nHost: evil.test\r\n\r\n" % t),
+    ("inner_absolute_url", "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (t, t),
+     "GET http://evil.test/ok HTTP/1.1\r\nHost: %s\r\n\r\n" % t),
+    ("inner_ok", "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (t, t),
+     "GET /ok HTTP/1.1\r\nHost: %s\r\n\r\n" % t),
+]
+for name, head, inner in cases:
+    print(name, "=", ask(head, inner), flush=True)
+"""
+
+
+def test_egress_one_host_header_matching_the_target(gw):
+    # Two Host headers (the upstream saw both before), a CONNECT whose Host
+    # names another host, and a plain-HTTP request inside a tunnel to an
+    # allowed host that names another one: each is a 400 and reaches nothing.
+    run(gw, "cat > /workspace/rawproxy.py <<'EOF'\n" + RAW_PROXY_CLIENT + "EOF\n", tool="bash_write")
+    n0 = hits(gw, "/ok")
+    j = run(gw, f"python3 /workspace/rawproxy.py {gw.http_port}")
+    got = dict(line.split(" = ", 1) for line in j["stdout"].splitlines() if " = " in line)
+    assert len(got) == 8, j
+    for name in ("dup_host", "dup_host_spaced", "connect_host_mismatch", "connect_dup_host"):
+        assert got[name].startswith("HTTP/1.1 400"), (name, got)
+    for name in ("inner_host_mismatch", "inner_dup_host", "inner_absolute_url"):
+        assert got[name] == "HTTP/1.1 200 Connection Established | HTTP/1.1 400 Bad Request", (name, got)
+    assert got["inner_ok"].startswith("HTTP/1.1 200 Connection Established | HTTP/1.") and \
+        got["inner_ok"].endswith(" 200 OK"), got
+    assert hits(gw, "/ok") == n0 + 1  # only the good one reached the server
+    # every refusal is journaled with its reason
+    effs = gw.d.jok("effects", "main")
+    effs = effs["effects"] if isinstance(effs, dict) else effs
+    parent = [e for e in effs if e["tool"] == "bash_run"][-1]
+    eg = [e for e in effs if e["tool"] == "egress" and e["step"] == parent["step"]]
+    assert sorted(e["status"] for e in eg) == ["done"] + ["failed"] * 7, eg
+    assert any("Host" in json.dumps(e) for e in eg if e["status"] == "failed")
+
+
 # ---- last: the secrets never reached the journal or the log --------------------------------
 
 def test_zz_secrets_absent_from_journal_and_log(gw):
