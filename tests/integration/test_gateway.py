@@ -525,6 +525,17 @@ def test_egress_proxy_allowed_refused_and_direct(gw):
     assert sorted(e["status"] for e in eg) == ["done", "done", "failed", "failed"]
 
 
+def test_egress_run_shows_no_host_path_in_proc(gw):
+    # The forwarder (pid 2 of an egress run) and init ran with the helper's
+    # argv: the store's path (the session's internal mount under it) and the
+    # egress socket's. No command line or environment in the jail shows them.
+    j = run(gw, "for p in /proc/[0-9]*; do echo \"== $p\"; tr '\\0' ' ' <$p/cmdline; echo; "
+                "tr '\\0' ' ' <$p/environ 2>/dev/null; echo; done")
+    out = j["stdout"]
+    assert "== /proc/2" in out and "ntfs-jail-init" in out, j
+    assert gw.d.store not in out and "egress/" not in out and ".sock" not in out, out
+
+
 def test_egress_off_by_default(gw):
     # bash_write has no egress (and no network): no proxy variables, nothing listens
     j = run(gw, "echo P=$HTTP_PROXY; curl -sS --max-time 5 -x http://127.0.0.1:3128 http://127.0.0.1/ 2>&1; echo rc=$?",
