@@ -204,7 +204,7 @@ static const char save_prefix[] =
         "done <" STATE_FILE ".names; } >" STATE_FILE " 2>/dev/null; return $__ntfs_rc; }; "
         "trap __ntfs_jail_save EXIT; ";
 
-static _Noreturn void run_p2(const struct child_args *a, const struct filter *filter, char **env, const char *script,
+static _Noreturn void run_p2(const struct child_args *a, char **env, const char *script,
                              int err_w, int devnull) {
         report_fd = err_w;
         trace("p2 start");
@@ -255,7 +255,6 @@ static _Noreturn void run_p2(const struct child_args *a, const struct filter *fi
         trace("p2 caps checked, nnp");
         /* 6. seccomp: P1 loaded the filter before forking, so it is in
          * force here already (and for init); make sure. */
-        (void)filter;
         if (prctl(PR_GET_SECCOMP, 0, 0, 0, 0) != 2) {
                 errno = 0;
                 die_child("the seccomp filter is not in force");
@@ -411,7 +410,7 @@ _Noreturn void run_p1(struct child_args *a, int status_w, int go_r) {
                 die_child("fork");
         if (p2 == 0) {
                 close(ep[0]);
-                run_p2(a, &g_filter, env, script, ep[1], devnull);
+                run_p2(a, env, script, ep[1], devnull);
         }
         main_pid = p2;
         close(ep[1]);

@@ -378,10 +378,11 @@ static void seccomp_notified(int nfd, void *req_buf, size_t req_size, size_t res
         pid_t tgid = 0;
         int jpid = (int)req->pid;
         uint64_t id = req->id;
+        bool killed = false;
         if (task_ids((pid_t)req->pid, &tgid, &jpid) == 0) {
                 _cleanup_close_ int pfd = pidfd_open(tgid, 0);
                 if (pfd >= 0 && ioctl(nfd, SECCOMP_IOCTL_NOTIF_ID_VALID, &id) == 0)
-                        (void)syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
+                        killed = syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0) == 0;
         }
         char resp_buf[256];
         struct seccomp_notif_resp *resp = (struct seccomp_notif_resp *)resp_buf;
@@ -390,6 +391,8 @@ static void seccomp_notified(int nfd, void *req_buf, size_t req_size, size_t res
         resp->error = -ENOSYS;
         if (resp_size <= sizeof resp_buf)
                 (void)ioctl(nfd, SECCOMP_IOCTL_NOTIF_SEND, resp); /* ENOENT: it died first, as meant */
+        if (!killed)
+                return; /* gone before the kill (another signal): nothing of ours to report */
         if (n_seccomp_kills < SECCOMP_KILLS_NAMED) {
                 seccomp_kills[n_seccomp_kills].pid = jpid;
                 snprintf(seccomp_kills[n_seccomp_kills].what, sizeof seccomp_kills[0].what, "%s", what);
