@@ -439,8 +439,12 @@ int main(int argc, char **argv) {
         if (!args)
                 die(NULL, "out of memory");
         parse_args(argc, args, &o);
-        if (o.probe)
+        if (o.probe) {
+                for (int i = 0; i < argc; i++)
+                        free(args[i]);
+                free(args);
                 return probe();
+        }
         /* SIGTERM/SIGINT/SIGHUP end the jail cleanly: they are blocked here
          * and taken only inside ppoll(), which then kills the jail. */
         sigset_t block, orig;
