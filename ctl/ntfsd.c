@@ -749,7 +749,14 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "ntfsd: gateway: %s\n", why[0] ? why : ntfs_strerror(r));
                 return 1;
         }
-        (void)ntfs_journal_set_secrets(D.j, ntfs_gateway_secrets(D.gw));
+        /* Redaction is not optional: without it a secret could reach the
+         * journal's file in clear. */
+        if ((r = ntfs_journal_set_secrets(D.j, ntfs_gateway_secrets(D.gw))) < 0) {
+                fprintf(stderr, "ntfsd: cannot hand the gateway's secrets to the journal for redaction: %s "
+                                "(each secret must be %d to %d bytes, at most %d of them); not starting\n",
+                        ntfs_strerror(r), NTFS_JOURNAL_SECRET_MIN, NTFS_JOURNAL_SECRET_MAX, NTFS_JOURNAL_MAX_SECRETS);
+                return 1;
+        }
         D.jail_bin = jail ? strdup(jail) : find_jail(argv[0]);
         (void)ntfs_jail_probe(&D.caps);
         pthread_mutex_init(&D.lock, NULL);

@@ -43,19 +43,31 @@ static int cfg_path(char *out, size_t olen) {
         return n < 0 || (size_t)n >= olen ? -ENAMETOOLONG : 0;
 }
 
-/* Journal redaction: the gateway's secrets plus every remote's. Lock held. */
-static void update_secrets(void) {
+/* Journal redaction: the gateway's secrets plus every remote's. Lock held.
+ * A failure leaves the journal's previous list in force; the callers refuse
+ * what would go unredacted (the daemon's start, a new remote). */
+static int update_secrets(void) {
         const char *list[NTFS_JOURNAL_MAX_SECRETS + 1];
         size_t n = 0;
         const char *const *gs = D.gw ? ntfs_gateway_secrets(D.gw) : NULL;
-        for (size_t i = 0; gs && gs[i] && n < NTFS_JOURNAL_MAX_SECRETS; i++)
+        for (size_t i = 0; gs && gs[i]; i++) {
+                if (n >= NTFS_JOURNAL_MAX_SECRETS)
+                        return -E2BIG;
                 list[n++] = gs[i];
-        for (size_t i = 0; i < nremotes && n < NTFS_JOURNAL_MAX_SECRETS; i++)
-                if (strlen(remotes[i].secret_key) >= 4)
-                        list[n++] = remotes[i].secret_key;
+        }
+        for (size_t i = 0; i < nremotes; i++) {
+                if (!remotes[i].secret_key[0])
+                        continue;
+                if (n >= NTFS_JOURNAL_MAX_SECRETS)
+                        return -E2BIG;
+                list[n++] = remotes[i].secret_key;
+        }
         list[n] = NULL;
-        if (D.j && ntfs_journal_set_secrets(D.j, list) < 0)
-                log_warn("remote: could not give the journal the secrets to redact");
+        int r = D.j ? ntfs_journal_set_secrets(D.j, list) : 0;
+        if (r < 0)
+                log_error("remote: the journal refused the secrets to redact (%s): each must be %d to %d bytes",
+                          ntfs_strerror(r), NTFS_JOURNAL_SECRET_MIN, NTFS_JOURNAL_SECRET_MAX);
+        return r;
 }
 
 static int save_locked(void) {
@@ -303,10 +315,13 @@ static int h_add(void *ud, const ntfs_http_request *req, ntfs_http_response *res
         copy_str(c->access_key, sizeof c->access_key, ak);
         copy_str(c->secret_key, sizeof c->secret_key, sk);
         copy_str(c->region, sizeof c->region, region);
-        r = save_locked();
-        if (r < 0)
+        r = update_secrets();
+        if (r == 0 && (r = save_locked()) < 0)
+                (void)update_secrets(); /* back to the list without it */
+        if (r < 0) {
                 nremotes--;
-        update_secrets();
+                explicit_bzero(c, sizeof *c);
+        }
         json_t *o = r < 0 ? NULL : remote_json(c);
         pthread_mutex_unlock(&rlock);
         if (r < 0)
@@ -341,7 +356,8 @@ static int h_del(void *ud, const ntfs_http_request *req, ntfs_http_response *res
                 if (r < 0)
                         remotes[nremotes++] = gone; /* order changes; content kept */
                 explicit_bzero(&gone, sizeof gone);
-                update_secrets();
+                if (update_secrets() < 0) /* the old list, a superset, stays in force */
+                        log_warn("remote: the deleted remote's secret is still redacted");
         }
         pthread_mutex_unlock(&rlock);
         if (r == -NTFS_ENOTFOUND)
@@ -638,8 +654,10 @@ int routes_remote_register(ntfs_router *rt) {
         int r = load();
         if (r < 0)
                 log_warn("remote: cannot read remotes.json: %s", ntfs_strerror(r));
-        update_secrets();
+        r = update_secrets();
         pthread_mutex_unlock(&rlock);
+        if (r < 0)
+                return r; /* no start without redaction */
         static const struct ntfs_route routes[] = {
                 { "POST /v1/remotes", h_add, 0 },
                 { "GET /v1/remotes", h_list, 0 },

@@ -71,7 +71,7 @@ static _Noreturn void relay_one(int client, const char *upath) {
 
 /* Keeps only lfd (as 3) and the socket's directory (as 4); accepts forever.
  * It dies with the pid namespace when P1 exits. */
-_Noreturn void run_forwarder(int lfd, int dirfd, const char *name, const struct filter *filter) {
+_Noreturn void run_forwarder(int lfd, int dirfd, const char *name) {
         report_fd = -1;
         /* Out of the way first, so neither dup2 below clobbers the other. */
         int l = fcntl(lfd, F_DUPFD_CLOEXEC, 64), d = fcntl(dirfd, F_DUPFD_CLOEXEC, 64);
@@ -81,8 +81,6 @@ _Noreturn void run_forwarder(int lfd, int dirfd, const char *name, const struct 
         signal(SIGCHLD, SIG_IGN); /* connection children reap themselves */
         char upath[sizeof(((struct sockaddr_un *)0)->sun_path)];
         if (snprintf(upath, sizeof upath, "/proc/self/fd/4/%s", name) >= (int)sizeof upath)
-                _exit(1);
-        if (load_filter(filter) < 0)
                 _exit(1);
         for (;;) {
                 int c = accept4(3, NULL, NULL, SOCK_CLOEXEC);

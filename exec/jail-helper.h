@@ -56,7 +56,8 @@ void build_root(const struct opts *o, int ws_fd);
 
 /* ---- the seccomp filter (jail-seccomp.c) --------------------------------- */
 /* P0: the filter as a raw BPF program (struct sock_filter[]), built while
- * P1 builds the root and sent to it; P2 and P3 load it with seccomp(2),
+ * P1 builds the root and sent to it; P1 loads it with seccomp(2) (P3, P2 and
+ * the command inherit it),
  * which is what seccomp_load() does with the same program. */
 #define FILTER_MAX (64 * 1024)
 
@@ -69,8 +70,13 @@ struct jbuf;
 /* P0: builds the filter and appends the go ('G', the length, the program) to ret. */
 void export_filter(struct jbuf *ret);
 void receive_filter(int fd, struct filter *f);
-/* seccomp(2) with the program; 0 or -1 with errno. */
-int load_filter(const struct filter *f);
+/* seccomp(2) with the program and a new user-notification listener (the
+ * filter's action for a foreign ABI): *ret_listener is its fd, or -1 where
+ * the kernel has none. 0 or -1 with errno. */
+int load_filter(const struct filter *f, int *ret_listener);
+/* P0: "ARCH NAME" of a syscall a notification names (e.g. "x32 getpid",
+ * "i386 syscall 999" when libseccomp does not know it). 0 or -EINVAL. */
+int seccomp_syscall_name(uint32_t audit_arch, uint32_t nr, char *buf, size_t len);
 
 /* ---- commands run without bash (jail-direct.c) --------------------------- */
 /* The command's words when it needs no shell, else NULL. */
@@ -83,7 +89,8 @@ size_t env_count(char *const *env);
 int direct_state_raw(const char *cwd, char **env, struct jbuf *b);
 
 /* ---- P3, the egress forwarder (jail-egress.c) ---------------------------- */
-_Noreturn void run_forwarder(int lfd, int dirfd, const char *name, const struct filter *filter);
+/* It runs under P1's seccomp filter, inherited. */
+_Noreturn void run_forwarder(int lfd, int dirfd, const char *name);
 
 /* ---- P1 and P2 (jail-init.c) --------------------------------------------- */
 struct jail_state;
@@ -91,6 +98,7 @@ struct child_args {
         const struct opts *o;
         const struct jail_state *state;
         int out_w, err_w;
+        int notify_w;             /* P1 -> P0: the seccomp filter's listener fd */
         char cwd[PATH_MAX];      /* P1 -> P2: the absolute cwd P1 entered for it */
         volatile int *direct_ran; /* shared page: P2 exec'd the command without bash */
 };

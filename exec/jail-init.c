@@ -81,8 +81,12 @@ static volatile sig_atomic_t main_pid;
 char **g_argv;
 int g_argc;
 
-/* /proc/1/cmdline would show the command and the host path of the
- * workspace to the jail: init blanks its argument area (its own copy). */
+/* The helper's argv holds host paths (--workspace, --proxy-socket: the
+ * store's, the socket's) and the command, and /proc/PID/cmdline of init,
+ * of P3 and of P2 until its exec would show them in the jail: init blanks
+ * its argument area, and the environment's, first thing (its own copy of
+ * the memory, inherited blank by every process it forks). The options were
+ * parsed from a heap copy (main), so nothing points there. */
 static void hide_cmdline(void) {
         if (g_argc < 1)
                 return;
@@ -91,6 +95,30 @@ static void hide_cmdline(void) {
         static const char name[] = "ntfs-jail-init";
         if ((size_t)(end - start) >= sizeof name)
                 memcpy(start, name, sizeof name);
+        for (char **e = environ; e && *e; e++)
+                explicit_bzero(*e, strlen(*e));
+}
+
+/* Hands the filter's listener to P0 (one byte with SCM_RIGHTS). */
+static void send_listener(int sock, int fd) {
+        char byte = 'L';
+        struct iovec iov = { &byte, 1 };
+        union {
+                struct cmsghdr h;
+                char b[CMSG_SPACE(sizeof(int))];
+        } cb;
+        memset(&cb, 0, sizeof cb);
+        struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.b, .msg_controllen = sizeof cb.b };
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof fd);
+        ssize_t n;
+        while ((n = sendmsg(sock, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+                ;
+        if (n != 1)
+                die_child("hand the seccomp listener to the helper");
 }
 
 static void forward_signal(int sig) {
@@ -176,7 +204,7 @@ static const char save_prefix[] =
         "done <" STATE_FILE ".names; } >" STATE_FILE " 2>/dev/null; return $__ntfs_rc; }; "
         "trap __ntfs_jail_save EXIT; ";
 
-static _Noreturn void run_p2(const struct child_args *a, const struct filter *filter, char **env, const char *script,
+static _Noreturn void run_p2(const struct child_args *a, char **env, const char *script,
                              int err_w, int devnull) {
         report_fd = err_w;
         trace("p2 start");
@@ -225,9 +253,13 @@ static _Noreturn void run_p2(const struct child_args *a, const struct filter *fi
                 die_child("no_new_privs did not stick");
         }
         trace("p2 caps checked, nnp");
-        /* 6. seccomp, last: nothing after it but execve. */
-        CHECK(load_filter(filter), "seccomp filter");
-        trace("p2 seccomp loaded");
+        /* 6. seccomp: P1 loaded the filter before forking, so it is in
+         * force here already (and for init); make sure. */
+        if (prctl(PR_GET_SECCOMP, 0, 0, 0, 0) != 2) {
+                errno = 0;
+                die_child("the seccomp filter is not in force");
+        }
+        trace("p2 seccomp checked");
         if (a->o->direct)
                 exec_direct(a->o->direct, env, a->cwd, a->direct_ran);
         char *argv[] = { (char *)"bash", (char *)"--noprofile", (char *)"--norc", (char *)"-c", (char *)script, NULL };
@@ -235,12 +267,13 @@ static _Noreturn void run_p2(const struct child_args *a, const struct filter *fi
         die_child("execve /bin/bash");
 }
 
-static struct filter g_filter; /* P1, inherited by P2 and P3 */
+static struct filter g_filter; /* P0's program, received and loaded by P1 */
 
 /* go_r: P0 sends 'G' and the filter once P1 is in the run's cgroup. */
 _Noreturn void run_p1(struct child_args *a, int status_w, int go_r) {
         report_fd = status_w;
         const struct opts *o = a->o;
+        hide_cmdline();
         trace("p1 start");
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         /* The caller's stdio stays with P0: init reports through status_w. */
@@ -322,13 +355,25 @@ _Noreturn void run_p1(struct child_args *a, int status_w, int go_r) {
         CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs (init)");
         CHECK(prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "not dumpable");
         trace("p1 caps dropped");
+        /* The filter, in force for init itself from here on, and so for P3,
+         * P2 and everything the command starts (inherited across fork and
+         * exec). Its listener goes to P0, which names and kills a process
+         * the filter stops (a foreign syscall ABI). */
+        int listener = -1;
+        CHECK(load_filter(&g_filter, &listener), "seccomp filter");
+        if (listener >= 0) {
+                send_listener(a->notify_w, listener);
+                close(listener);
+        }
+        close(a->notify_w);
+        trace("p1 seccomp loaded");
 
         if (o->proxy_socket) {
                 pid_t p3 = fork();
                 if (p3 < 0)
                         die_child("fork the proxy forwarder");
                 if (p3 == 0)
-                        run_forwarder(proxy_l, proxy_dir, proxy_name, &g_filter);
+                        run_forwarder(proxy_l, proxy_dir, proxy_name);
                 close(TAKE_FD(proxy_l));
                 close(TAKE_FD(proxy_dir));
         }
@@ -340,8 +385,7 @@ _Noreturn void run_p1(struct child_args *a, int status_w, int go_r) {
                 snprintf(a->cwd, sizeof a->cwd, "/workspace");
                 CHECK(chdir("/workspace"), "chdir /workspace");
         }
-        /* What to report as the state if P2 runs the command without bash:
-         * built now, as hide_cmdline() blanks the --env strings env points to. */
+        /* What to report as the state if P2 runs the command without bash. */
         struct jbuf direct_raw = { 0 };
         if (o->direct) {
                 a->direct_ran = mmap(NULL, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -366,10 +410,9 @@ _Noreturn void run_p1(struct child_args *a, int status_w, int go_r) {
                 die_child("fork");
         if (p2 == 0) {
                 close(ep[0]);
-                run_p2(a, &g_filter, env, script, ep[1], devnull);
+                run_p2(a, env, script, ep[1], devnull);
         }
         main_pid = p2;
-        hide_cmdline();
         close(ep[1]);
         close(TAKE_FD(devnull));
         close(a->out_w);

@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: MIT
  * jail-seccomp.c — the jail's seccomp filter: built with libseccomp and
- * exported as a BPF program by P0, sent to P1 with its go, and loaded by P2
- * and P3 (docs/jail.md).
+ * exported as a BPF program by P0, sent to P1 with its go, and loaded by P1
+ * (P3, P2 and the command inherit it), whose listener P0 serves
+ * (docs/jail.md).
  */
 #include <errno.h>
+#include <linux/seccomp.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <linux/filter.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -37,9 +41,13 @@ static scmp_filter_ctx build_filter(void) {
                 errno = ENOMEM;
                 die_child("seccomp_init");
         }
-        /* Foreign ABIs (i386 via int 0x80, x32 syscall numbers) kill the
-         * process: only the native arch is in the filter. */
-        int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+        /* Foreign ABIs (i386 via int 0x80, x32 syscall numbers) end the
+         * process: only the native arch is in the filter. The action is a
+         * user notification, not a plain kill, so that P0 (the listener)
+         * learns which syscall it was, kills the process and reports it; the
+         * syscall itself never runs (without a listener it fails with
+         * ENOSYS). */
+        int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_NOTIFY);
         if (r >= 0)
                 r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0); /* set, and checked, by us */
         if (r < 0) {
@@ -58,6 +66,8 @@ static scmp_filter_ctx build_filter(void) {
                 "swapoff", "reboot", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
                 "syslog", "quotactl", "lookup_dcookie", "open_by_handle_at", "name_to_handle_at",
                 "vhangup", "iopl", "ioperm", "uselib", "fanotify_init", "nfsservctl",
+                /* the local descriptor table: 16-bit segments, old exploits' ground */
+                "modify_ldt",
         };
         for (size_t i = 0; i < ARRAY_SIZE(eperm); i++)
                 rule(ctx, SCMP_ACT_ERRNO(EPERM), eperm[i], 0, NULL);
@@ -71,6 +81,19 @@ static scmp_filter_ctx build_filter(void) {
         for (size_t i = 0; i < ARRAY_SIZE(ns_flags); i++) {
                 struct scmp_arg_cmp c = SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]);
                 rule(ctx, SCMP_ACT_ERRNO(EPERM), "clone", 1, &c);
+        }
+        /* personality: only the default persona (0) and the query
+         * (0xffffffff). The kernel reads the argument as 32 bits, and one
+         * rule compares one argument once, so "neither all zeros nor all
+         * ones" is written as "two neighbouring bits differ": for each pair
+         * of bits 31 rules of "01" and "10" under a two-bit mask. PER_BSD,
+         * PER_LINUX32, ADDR_NO_RANDOMIZE (ASLR off for the children) and the
+         * rest are EPERM. */
+        for (unsigned b = 0; b < 31; b++) {
+                struct scmp_arg_cmp lo = SCMP_A0(SCMP_CMP_MASKED_EQ, 3ULL << b, 1ULL << b);
+                struct scmp_arg_cmp hi = SCMP_A0(SCMP_CMP_MASKED_EQ, 3ULL << b, 2ULL << b);
+                rule(ctx, SCMP_ACT_ERRNO(EPERM), "personality", 1, &lo);
+                rule(ctx, SCMP_ACT_ERRNO(EPERM), "personality", 1, &hi);
         }
         /* Terminal injection; the kernel reads cmd as 32 bits, so compare
          * only those (a high-bit variant is the same ioctl). */
@@ -156,7 +179,47 @@ void receive_filter(int fd, struct filter *f) {
         f->len = (unsigned short)(len / sizeof(struct sock_filter));
 }
 
-int load_filter(const struct filter *f) {
+int load_filter(const struct filter *f, int *ret_listener) {
         struct sock_fprog prog = { .len = f->len, .filter = (struct sock_filter *)f->insns };
-        return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog);
+        int r = (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+        if (r < 0 && errno == EINVAL) /* a kernel before 5.0: no listener, the foreign ABIs get ENOSYS */
+                r = (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog);
+        else if (r >= 0) {
+                *ret_listener = r;
+                return 0;
+        }
+        *ret_listener = -1;
+        return r < 0 ? -1 : 0;
+}
+
+static const char *seccomp_arch_name(uint32_t audit_arch, const uint32_t *nr, uint32_t *scmp_arch) {
+        /* x32 numbers are the x86-64 ABI's with bit 30 set */
+        if (audit_arch == SCMP_ARCH_X86_64 && (*nr & 0x40000000U)) {
+                *scmp_arch = SCMP_ARCH_X32;
+                return "x32";
+        }
+        *scmp_arch = audit_arch;
+        switch (audit_arch) {
+        case SCMP_ARCH_X86_64:
+                return "x86_64";
+        case SCMP_ARCH_X86:
+                return "i386";
+        case SCMP_ARCH_AARCH64:
+                return "aarch64";
+        case SCMP_ARCH_ARM:
+                return "arm";
+        default:
+                return "unknown";
+        }
+}
+
+int seccomp_syscall_name(uint32_t audit_arch, uint32_t nr, char *buf, size_t len) {
+        uint32_t scmp_arch;
+        const char *arch = seccomp_arch_name(audit_arch, &nr, &scmp_arch);
+        char *name = seccomp_syscall_resolve_num_arch(scmp_arch, (int)nr);
+        if (!name && scmp_arch == SCMP_ARCH_X32)
+                name = seccomp_syscall_resolve_num_arch(scmp_arch, (int)(nr & ~0x40000000U));
+        int n = name ? snprintf(buf, len, "%s %s", arch, name) : snprintf(buf, len, "%s syscall %u", arch, nr);
+        free(name);
+        return n < 0 ? -EINVAL : 0;
 }

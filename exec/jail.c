@@ -37,6 +37,7 @@ void ntfs_jail_result_release(struct ntfs_jail_result *r) {
         free(r->err);
         free(r->state_out);
         free(r->reason);
+        free(r->seccomp_kills);
         *r = (struct ntfs_jail_result){ 0 };
 }
 
@@ -168,6 +169,40 @@ static int dup_json_string(json_t *o, const char *key, char **ret, size_t *ret_l
 
 static bool jbool(json_t *o, const char *key) { return json_is_true(json_object_get(o, key)); }
 
+/* "seccomp_killed": N, "seccomp_kills": [{pid, syscall}...] (the first few). */
+static int parse_seccomp_kills(json_t *root, struct ntfs_jail_result *r) {
+        json_t *n = json_object_get(root, "seccomp_killed");
+        if (!n)
+                return 0; /* a helper from before the listener */
+        if (!json_is_integer(n) || json_integer_value(n) < 0)
+                return -EPROTO;
+        r->seccomp_killed = (unsigned)NTFS_MIN(json_integer_value(n), (json_int_t)UINT32_MAX);
+        json_t *arr = json_object_get(root, "seccomp_kills"), *k;
+        size_t i;
+        if (!json_is_array(arr))
+                return -EPROTO;
+        struct jbuf b = { 0 };
+        int e = 0;
+        json_array_foreach(arr, i, k) {
+                json_t *pid = json_object_get(k, "pid"), *sc = json_object_get(k, "syscall");
+                if (!json_is_integer(pid) || !json_is_string(sc)) {
+                        e = -EPROTO;
+                        break;
+                }
+                if ((e = jbuf_printf(&b, "%spid %lld, which called %s", i ? "; " : "",
+                                     (long long)json_integer_value(pid), json_string_value(sc))) < 0)
+                        break;
+        }
+        if (e >= 0 && r->seccomp_killed > json_array_size(arr))
+                e = jbuf_printf(&b, "%s%u in all", b.len ? "; " : "", r->seccomp_killed);
+        if (e < 0) {
+                free(b.p);
+                return e == -EPROTO ? e : -ENOMEM;
+        }
+        r->seccomp_kills = b.p;
+        return 0;
+}
+
 static int parse_result(const char *buf, size_t len, struct ntfs_jail_result *r) {
         json_error_t jerr;
         json_t *root = json_loadb(buf, len, JSON_ALLOW_NUL, &jerr);
@@ -205,8 +240,40 @@ static int parse_result(const char *buf, size_t len, struct ntfs_jail_result *r)
                 ret = dup_json_string(root, "state", &r->state_out, NULL);
         if (ret >= 0 && (!r->out || !r->err))
                 ret = -EPROTO;
+        if (ret >= 0)
+                ret = parse_seccomp_kills(root, r);
         json_decref(root);
         return ret;
+}
+
+/* The processes the seccomp filter killed: ntfsd's log names each, and a
+ * line on the result's stderr records it with the effect (the command's
+ * own output is unchanged above it). */
+static int report_seccomp_kills(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *r) {
+        if (!r->seccomp_killed)
+                return 0;
+        log_warn("jail: the seccomp filter killed %u process(es) of a command in %s: %s", r->seccomp_killed,
+                 spec->workspace, r->seccomp_kills ? r->seccomp_kills : "?");
+        struct jbuf b = { 0 };
+        int e = 0;
+        if (r->err_len && r->err[r->err_len - 1] != '\n')
+                e = jbuf_puts(&b, "\n");
+        if (e >= 0)
+                e = jbuf_printf(&b, "ntfs-jail: seccomp killed %s (a syscall ABI the jail refuses)\n",
+                                r->seccomp_kills ? r->seccomp_kills : "a process");
+        if (e >= 0) {
+                char *n = realloc(r->err, r->err_len + b.len + 1);
+                if (!n)
+                        e = -ENOMEM;
+                else {
+                        memcpy(n + r->err_len, b.p, b.len);
+                        r->err = n;
+                        r->err_len += b.len;
+                        n[r->err_len] = 0;
+                }
+        }
+        free(b.p);
+        return e < 0 ? -ENOMEM : 0;
 }
 
 int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *ret) {
@@ -339,6 +406,8 @@ int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *re
                         r = -EPROTO;
                 } else if (out.buf.len > 0) {
                         r = parse_result(out.buf.p, out.buf.len, ret);
+                        if (r >= 0)
+                                r = report_seccomp_kills(spec, ret);
                 } else {
                         r = WIFEXITED(status) && WEXITSTATUS(status) == 127 ? -ENOENT : -EIO;
                 }

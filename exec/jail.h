@@ -82,6 +82,13 @@ struct ntfs_jail_result {
         char *state_out;     /* new shell state blob, or NULL if the shell did not save it */
         char *reason;        /* why the jail failed (ntfs_jail_run returned < 0), or NULL */
         bool limit_memory, limit_pids, limit_cpu; /* cgroup limits in force for this run */
+        /* Processes the seccomp filter killed (a foreign syscall ABI: the
+         * helper names the syscall and kills the caller with SIGKILL), and
+         * who: "pid 3, which called x32 getpid; ..." or NULL. Each kill is
+         * also logged (log_warn) and appended as a line "ntfs-jail: seccomp
+         * killed ..." to err, so the effect's result records it. */
+        unsigned seccomp_killed;
+        char *seccomp_kills;
 };
 
 struct ntfs_jail_caps {

@@ -11,11 +11,14 @@
  * Three processes:
  *   P0 (this one, host side): pipes; while P1 builds the root, the cgroup
  *      (P1 moved into it) and the seccomp filter as BPF, sent to P1 as its
- *      "go"; then timeout, output capture, report.
- *   P1 (pid 1 of the new pid namespace): builds the root, waits for the go,
- *      drops every privilege, forks P2, reaps orphans, forwards signals, and
- *      sends P2's status and the saved shell state back to P0.
- *   P2: setsid, fds, environment, caps, no_new_privs, seccomp, then exec of
+ *      "go"; then timeout, output capture, the filter's notifications
+ *      (a foreign-ABI syscall: name it, kill the caller), report.
+ *   P1 (pid 1 of the new pid namespace): blanks its argv (host paths),
+ *      builds the root, waits for the go, drops every privilege, loads the
+ *      filter and hands its listener to P0, forks P2, reaps orphans,
+ *      forwards signals, and sends P2's status and the saved shell state
+ *      back to P0.
+ *   P2: setsid, fds, environment, caps, no_new_privs, seccomp checked, then exec of
  *      the command's program when it needs no shell (plain_words), else bash.
  * NTFS_JAIL_TRACE=1 in the environment prints each phase's time (trace()).
  *   P3 (only with --proxy-socket): the egress forwarder, forked by P1 after
@@ -37,6 +40,9 @@
 #include <string.h>
 #include <sys/pidfd.h>
 #include <sys/prctl.h>
+#include <linux/seccomp.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -319,6 +325,104 @@ static _Noreturn void p0_failed(const char *msg) {
         die(g_p0.o, "%s", msg);
 }
 
+/* ---- seccomp kills: P0 is the filter's listener ------------------------- */
+
+/* The processes the filter ended (a foreign-ABI syscall: the filter's
+ * action is a user notification, so P0 learns the syscall, kills the
+ * caller and reports it). The first few are named; all are counted. */
+#define SECCOMP_KILLS_NAMED 8
+static struct seccomp_kill {
+        int pid; /* in the jail's pid namespace */
+        char what[96];
+} seccomp_kills[SECCOMP_KILLS_NAMED];
+static unsigned n_seccomp_kills;
+
+/* Tgid and innermost pid (the jail's) of host task tid, from /proc. */
+static int task_ids(pid_t tid, pid_t *tgid, int *jail_pid) {
+        char path[64], buf[4096];
+        snprintf(path, sizeof path, "/proc/%d/status", (int)tid);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        if (n <= 0)
+                return -EIO;
+        buf[n] = 0;
+        const char *t = strstr(buf, "\nTgid:"), *ns = strstr(buf, "\nNSpid:");
+        if (!t)
+                return -EIO;
+        *tgid = (pid_t)strtol(t + 6, NULL, 10);
+        *jail_pid = (int)tid;
+        if (ns) {
+                const char *e = strchr(ns + 1, '\n'), *last = NULL;
+                for (const char *c = ns + 7; *c && (!e || c < e); c++)
+                        if (*c >= '0' && *c <= '9' && (c[-1] == ' ' || c[-1] == '\t'))
+                                last = c;
+                if (last)
+                        *jail_pid = (int)strtol(last, NULL, 10);
+        }
+        return *tgid > 0 ? 0 : -EIO;
+}
+
+/* One notification: name the syscall, kill the process that made it (its
+ * whole thread group, through a pidfd checked against the notification, so
+ * a reused pid is never hit), answer ENOSYS (the syscall never runs). */
+static void seccomp_notified(int nfd, void *req_buf, size_t req_size, size_t resp_size) {
+        memset(req_buf, 0, req_size);
+        if (ioctl(nfd, SECCOMP_IOCTL_NOTIF_RECV, req_buf) < 0)
+                return; /* EINTR, or the caller is already gone (ENOENT) */
+        const struct seccomp_notif *req = req_buf;
+        char what[96];
+        if (seccomp_syscall_name(req->data.arch, (uint32_t)req->data.nr, what, sizeof what) < 0)
+                snprintf(what, sizeof what, "syscall %d", req->data.nr);
+        pid_t tgid = 0;
+        int jpid = (int)req->pid;
+        uint64_t id = req->id;
+        bool killed = false;
+        if (task_ids((pid_t)req->pid, &tgid, &jpid) == 0) {
+                _cleanup_close_ int pfd = pidfd_open(tgid, 0);
+                if (pfd >= 0 && ioctl(nfd, SECCOMP_IOCTL_NOTIF_ID_VALID, &id) == 0)
+                        killed = syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0) == 0;
+        }
+        char resp_buf[256];
+        struct seccomp_notif_resp *resp = (struct seccomp_notif_resp *)resp_buf;
+        memset(resp_buf, 0, sizeof resp_buf);
+        resp->id = id;
+        resp->error = -ENOSYS;
+        if (resp_size <= sizeof resp_buf)
+                (void)ioctl(nfd, SECCOMP_IOCTL_NOTIF_SEND, resp); /* ENOENT: it died first, as meant */
+        if (!killed)
+                return; /* gone before the kill (another signal): nothing of ours to report */
+        if (n_seccomp_kills < SECCOMP_KILLS_NAMED) {
+                seccomp_kills[n_seccomp_kills].pid = jpid;
+                snprintf(seccomp_kills[n_seccomp_kills].what, sizeof seccomp_kills[0].what, "%s", what);
+        }
+        n_seccomp_kills++;
+        trace("seccomp kill");
+}
+
+/* P1's listener fd, sent with one byte over the socket pair; -1 on EOF. */
+static int recv_listener(int sock) {
+        char byte;
+        struct iovec iov = { &byte, 1 };
+        union {
+                struct cmsghdr h;
+                char b[CMSG_SPACE(sizeof(int))];
+        } cb;
+        struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.b, .msg_controllen = sizeof cb.b };
+        ssize_t n;
+        while ((n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+                ;
+        if (n <= 0)
+                return -1;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int)))
+                return -1;
+        int fd;
+        memcpy(&fd, CMSG_DATA(c), sizeof fd);
+        return fd;
+}
+
 static volatile sig_atomic_t got_signal;
 static void on_signal(int sig) { got_signal = sig; }
 
@@ -327,9 +431,20 @@ int main(int argc, char **argv) {
         trace_t0 = ntfs_mono_ns();
         g_argv = argv;
         g_argc = argc;
-        parse_args(argc, argv, &o);
-        if (o.probe)
+        /* Options point into a copy: P1 blanks the original (hide_cmdline). */
+        char **args = calloc((size_t)argc + 1, sizeof *args);
+        for (int i = 0; args && i < argc; i++)
+                if (!(args[i] = strdup(argv[i])))
+                        die(NULL, "out of memory");
+        if (!args)
+                die(NULL, "out of memory");
+        parse_args(argc, args, &o);
+        if (o.probe) {
+                for (int i = 0; i < argc; i++)
+                        free(args[i]);
+                free(args);
                 return probe();
+        }
         /* SIGTERM/SIGINT/SIGHUP end the jail cleanly: they are blocked here
          * and taken only inside ppoll(), which then kills the jail. */
         sigset_t block, orig;
@@ -369,10 +484,19 @@ int main(int argc, char **argv) {
                 die(&o, "out of memory");
         trace("state read");
 
-        int outp[2], errp[2], stp[2], gop[2];
+        int outp[2], errp[2], stp[2], gop[2], np[2];
         if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 || pipe2(stp, O_CLOEXEC) < 0 ||
-            pipe2(gop, O_CLOEXEC) < 0)
+            pipe2(gop, O_CLOEXEC) < 0 || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, np) < 0)
                 die(&o, "pipe: %s", strerror(errno));
+        /* The sizes the kernel's notification structures have. */
+        struct seccomp_notif_sizes nsz = { 0 };
+        if (syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &nsz) < 0)
+                nsz = (struct seccomp_notif_sizes){ sizeof(struct seccomp_notif), sizeof(struct seccomp_notif_resp), 0 };
+        size_t notif_size = nsz.seccomp_notif > sizeof(struct seccomp_notif) ? nsz.seccomp_notif
+                                                                             : sizeof(struct seccomp_notif);
+        _cleanup_free_ void *notif_buf = calloc(1, notif_size);
+        if (!notif_buf)
+                die(&o, "out of memory");
 
 
         int64_t t0 = ntfs_mono_ns();
@@ -397,7 +521,9 @@ int main(int argc, char **argv) {
                 close(errp[0]);
                 close(stp[0]);
                 close(gop[1]);
-                struct child_args a = { .o = &o, .state = &state, .out_w = outp[1], .err_w = errp[1] };
+                close(np[0]);
+                struct child_args a = { .o = &o, .state = &state, .out_w = outp[1], .err_w = errp[1],
+                                        .notify_w = np[1] };
                 run_p1(&a, stp[1], gop[0]);
         }
         trace("p1 cloned");
@@ -405,6 +531,7 @@ int main(int argc, char **argv) {
         close(errp[1]);
         close(stp[1]);
         close(gop[0]);
+        close(np[1]);
         /* While P1 builds the root: the run's cgroup, P1 moved into it,
          * and the seccomp filter; then P1 may go on. */
         g_p0 = (struct p0_ctx){ .o = &o, .p1 = p1, .cg = &cg };
@@ -439,6 +566,7 @@ int main(int argc, char **argv) {
         struct stream err = { .fd = errp[0], .pass_fd = o.json ? -1 : 2, .limit = o.output_limit, .keep = o.json };
         struct stream stat = { .fd = stp[0], .pass_fd = -1, .limit = JAIL_STATE_MAX + 4096, .keep = true };
         bool out_open = true, err_open = true, st_open = true, p1_alive = true, killed = false;
+        int nsock = np[0], nfd = -1; /* P1 sends the filter's listener on nsock */
         int64_t deadline = t0 + (int64_t)o.timeout_ms * 1000000;
         int64_t hard = deadline + 10LL * 1000000000;
         int p1_status = 0;
@@ -455,13 +583,15 @@ int main(int argc, char **argv) {
                 struct timespec ts = { (time_t)(wait_ns / 1000000000), (long)(wait_ns % 1000000000) };
                 if (wait_ns < 0)
                         ts = (struct timespec){ 0, 0 };
-                struct pollfd pf[4] = {
+                struct pollfd pf[6] = {
                         { out_open ? out.fd : -1, POLLIN, 0 },
                         { err_open ? err.fd : -1, POLLIN, 0 },
                         { st_open ? stat.fd : -1, POLLIN, 0 },
                         { p1_alive ? pidfd : -1, POLLIN, 0 },
+                        { nsock, POLLIN, 0 },
+                        { nfd, POLLIN, 0 },
                 };
-                int n = ppoll(pf, 4, &ts, &orig);
+                int n = ppoll(pf, 6, &ts, &orig);
                 if (n < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -477,7 +607,23 @@ int main(int argc, char **argv) {
                         if (waitpid(p1, &p1_status, WNOHANG) == p1)
                                 p1_alive = false;
                 }
+                if (pf[4].revents) {
+                        nfd = recv_listener(nsock);
+                        close(nsock);
+                        nsock = -1;
+                }
+                if (pf[5].revents & POLLIN)
+                        seccomp_notified(nfd, notif_buf, notif_size,
+                                         nsz.seccomp_notif_resp);
+                else if (pf[5].revents) { /* POLLHUP: no process holds the filter any more */
+                        close(nfd);
+                        nfd = -1;
+                }
         }
+        if (nsock >= 0)
+                close(nsock);
+        if (nfd >= 0)
+                close(nfd);
         if (p1_alive) {
                 kill(p1, SIGKILL);
                 waitpid(p1, &p1_status, 0);
@@ -557,6 +703,17 @@ int main(int argc, char **argv) {
                 if (r >= 0)
                         r = state_blob ? jbuf_json_string(&b, state_blob, strlen(state_blob)) : jbuf_puts(&b, "null");
                 if (r >= 0)
+                        r = jbuf_printf(&b, ",\"seccomp_killed\":%u,\"seccomp_kills\":[", n_seccomp_kills);
+                for (unsigned k = 0; r >= 0 && k < NTFS_MIN(n_seccomp_kills, SECCOMP_KILLS_NAMED); k++) {
+                        r = jbuf_printf(&b, "%s{\"pid\":%d,\"syscall\":", k ? "," : "", seccomp_kills[k].pid);
+                        if (r >= 0)
+                                r = jbuf_json_string(&b, seccomp_kills[k].what, strlen(seccomp_kills[k].what));
+                        if (r >= 0)
+                                r = jbuf_puts(&b, "}");
+                }
+                if (r >= 0)
+                        r = jbuf_puts(&b, "]");
+                if (r >= 0)
                         r = jbuf_puts(&b, ",\"error\":");
                 if (r >= 0)
                         r = setup_error ? jbuf_json_string(&b, setup_error, strlen(setup_error))
@@ -582,6 +739,11 @@ int main(int argc, char **argv) {
                         fprintf(stderr, "ntfs-jail: timed out after %.3f s\n", (double)o.timeout_ms / 1000.0);
                 if (oom)
                         fprintf(stderr, "ntfs-jail: out of memory (cgroup OOM kill)\n");
+                for (unsigned k = 0; k < NTFS_MIN(n_seccomp_kills, SECCOMP_KILLS_NAMED); k++)
+                        fprintf(stderr, "ntfs-jail: seccomp killed pid %d: it called %s (a syscall ABI the jail refuses)\n",
+                                seccomp_kills[k].pid, seccomp_kills[k].what);
+                if (n_seccomp_kills > SECCOMP_KILLS_NAMED)
+                        fprintf(stderr, "ntfs-jail: seccomp killed %u processes in all\n", n_seccomp_kills);
                 if (setup_error)
                         fprintf(stderr, "ntfs-jail: %s\n", setup_error);
                 rc = setup_error ? EXIT_SETUP : exit_code;
@@ -594,6 +756,9 @@ int main(int argc, char **argv) {
         free(o.command);
         plain_words_free(o.direct);
         jail_state_release(&state);
+        for (int i = 0; i < argc; i++)
+                free(args[i]);
+        free(args);
         (void)p1_status;
         return rc;
 }

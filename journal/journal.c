@@ -22,8 +22,8 @@
 #define JR_APPLICATION_ID 0x6e746a31 /* "ntj1" */
 #define JR_BUSY_TIMEOUT_MS 5000
 #define JR_REDACTED "[REDACTED]"
-#define JR_SECRET_MIN 4
-#define JR_SECRET_MAX 4096
+#define JR_SECRET_MIN NTFS_JOURNAL_SECRET_MIN
+#define JR_SECRET_MAX NTFS_JOURNAL_SECRET_MAX
 
 static const char jr_schema_v1[] =
         "CREATE TABLE meta("

@@ -54,8 +54,11 @@
 #define NTFS_JOURNAL_MAX_JSON (64u << 20)
 /* Longest idempotency key, tool name, effect class, snapshot id. */
 #define NTFS_JOURNAL_MAX_KEY 255
-/* At most this many secrets, each 4..4096 bytes. */
-#define NTFS_JOURNAL_MAX_SECRETS 64
+/* At most this many secrets, each 4..4096 bytes (room for the policy's 64
+ * credentials and the LLM key). */
+#define NTFS_JOURNAL_MAX_SECRETS 128
+#define NTFS_JOURNAL_SECRET_MIN 4
+#define NTFS_JOURNAL_SECRET_MAX 4096
 
 typedef struct ntfs_journal ntfs_journal;
 

@@ -31,6 +31,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,12 +103,12 @@ static void reply_status(int fd, int status, const char *reason, const char *msg
                 (void)write_all(fd, buf, NTFS_MIN((size_t)n, sizeof buf - 1));
 }
 
-/* Reads until the end of the head ("\r\n\r\n"). Returns the head's length
- * (buf holds *got >= that many bytes; the rest is the body's start), 0 on
- * EOF/timeout, -E2BIG when the head is too large. */
+/* Reads until the end of the head ("\r\n\r\n"), after the *got bytes
+ * buf already holds. Returns the head's length (buf holds *got >= that many
+ * bytes; the rest is the body's start), 0 on EOF/timeout, -E2BIG when the
+ * head is too large. */
 static int read_head(int fd, char *buf, size_t cap, size_t *got) {
         int64_t deadline = ntfs_mono_ns() + (int64_t)HEAD_TIMEOUT_MS * 1000000;
-        *got = 0;
         for (;;) {
                 if (*got >= 4) {
                         char *e = memmem(buf, *got, "\r\n\r\n", 4);
@@ -206,6 +207,96 @@ static const char *find_header(const char *head, size_t len, const char *name, s
                 p = eol;
         }
         return NULL;
+}
+
+/* How many header lines of head (first line excluded) are named name. */
+static unsigned count_header(const char *head, size_t len, const char *name) {
+        size_t nl = strlen(name);
+        unsigned n = 0;
+        const char *end = head + len;
+        for (const char *p = memchr(head, '\n', len); p && p + 1 < end;
+             p = memchr(p + 1, '\n', (size_t)(end - p - 1))) {
+                const char *line = p + 1;
+                /* a name followed by optional whitespace and ':' (a space
+                 * before the colon is invalid, and a server might still
+                 * take it as the header) */
+                if ((size_t)(end - line) > nl && strncasecmp(line, name, nl) == 0) {
+                        const char *c = line + nl;
+                        while (c < end && (*c == ' ' || *c == '\t'))
+                                c++;
+                        if (c < end && *c == ':')
+                                n++;
+                }
+        }
+        return n;
+}
+
+/* The request's Host headers against the host and port it goes to: NULL
+ * when there is exactly one naming them (a Host without a port means
+ * defport), else why not. Absent is accepted only when may_omit. */
+static const char *host_header_problem(const char *head, size_t len, const char *host, unsigned port,
+                                       unsigned defport, bool may_omit) {
+        unsigned n = count_header(head, len, "Host");
+        if (n > 1)
+                return "more than one Host header";
+        if (n == 0)
+                return may_omit ? NULL : "no Host header";
+        size_t hvl = 0;
+        const char *hv = find_header(head, len, "Host", &hvl);
+        char hh[256];
+        unsigned hp = 0;
+        if (!hv || split_hostport(hv, hvl, defport, hh, sizeof hh, &hp) < 0 || strcmp(hh, host) != 0 || hp != port)
+                return "the Host header does not name the target";
+        return NULL;
+}
+
+/* Writes a request head to the host: the request line given, the head's
+ * header lines but the hop-by-hop and proxy ones, and `Connection: close`,
+ * so the connection carries this one request. */
+static int send_head(int up, const char *reqline, size_t rl, const char *head, size_t hl, uint64_t *sent) {
+        _cleanup_free_ char *out = malloc(HEAD_MAX + 64 + rl);
+        if (!out)
+                return -ENOMEM;
+        size_t len = 0;
+        memcpy(out, reqline, rl);
+        len = rl;
+        const char *eol = memmem(head, hl, "\r\n", 2);
+        const char *line = eol ? eol + 2 : head + hl;
+        const char *hend = head + hl - 2; /* the final empty line */
+        while (line < hend) {
+                const char *le = memmem(line, (size_t)(hend - line), "\r\n", 2);
+                if (!le)
+                        break;
+                size_t ll = (size_t)(le - line) + 2;
+                static const char *const drop[] = { "proxy-connection:", "proxy-authorization:", "connection:",
+                                                    "keep-alive:", "te:", "upgrade:" };
+                bool skip = false;
+                for (size_t i = 0; i < ARRAY_SIZE(drop); i++)
+                        if (strncasecmp(line, drop[i], strlen(drop[i])) == 0)
+                                skip = true;
+                if (!skip && len + ll < HEAD_MAX + 40 + rl) {
+                        memcpy(out + len, line, ll);
+                        len += ll;
+                }
+                line = le + 2;
+        }
+        static const char closing[] = "Connection: close\r\n\r\n";
+        memcpy(out + len, closing, sizeof closing - 1);
+        len += sizeof closing - 1;
+        *sent += len;
+        return write_all(up, out, len);
+}
+
+/* Checks "METHOD SP TARGET SP HTTP/1.x" as the head's first line; its
+ * parts through the pointers. */
+static bool request_line(const char *buf, size_t hl, const char **eol, const char **sp1, const char **sp2) {
+        *eol = memchr(buf, '\r', hl);
+        if (!*eol)
+                return false;
+        *sp1 = memchr(buf, ' ', (size_t)(*eol - buf));
+        *sp2 = *sp1 ? memchr(*sp1 + 1, ' ', (size_t)(*eol - *sp1 - 1)) : NULL;
+        return *sp1 && *sp2 && *sp1 != buf && *sp2 != *sp1 + 1 && (size_t)(*eol - *sp2 - 1) == 8 &&
+               strncmp(*sp2 + 1, "HTTP/1.", 7) == 0 && (size_t)(*sp1 - buf) <= 16;
 }
 
 /* ---- the checks and the connection to the host ------------------------------------------ */
@@ -323,6 +414,80 @@ static int64_t record_begin(struct ntfs_egress *run, const char *method, const c
         return run->rec.begin(run->rec.ctx, n, method, host, port);
 }
 
+/* A request refused before any connection: recorded, answered, logged. */
+__attribute__((format(printf, 7, 8))) static void refuse(struct ntfs_egress *run, int fd, const char *method,
+                                                         const char *host, unsigned port, int status,
+                                                         const char *fmt, ...) {
+        char why[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, sizeof why, fmt, ap);
+        va_end(ap);
+        int64_t id = record_begin(run, method, host, port);
+        json_t *res = json_pack("{s:i, s:s}", "status", status, "refused", why);
+        record_finish(run, id, false, res, why);
+        json_decref(res);
+        char msg[600];
+        snprintf(msg, sizeof msg, "ntfs egress: %s", why);
+        reply_status(fd, status, status == 400 ? "Bad Request" : "Forbidden", msg);
+        log_info("egress %s: %s %s:%u refused: %s", run->label, method, host, port, why);
+}
+
+/* The start of a CONNECT tunnel, once the client has its 200. TLS (a
+ * handshake record, 0x16, first) and a host that speaks first pass as they
+ * are. Anything else the client sends first must be one plain HTTP request
+ * head, origin-form, whose single Host names the CONNECT target: it goes on
+ * as one request (Connection: close, as a forwarded one), so a tunnel to an
+ * allowed name cannot carry a request for another virtual host. Otherwise
+ * the client gets a 400 inside the tunnel, *refused says why and nothing
+ * reaches the host. buf holds the have bytes the client sent after the
+ * CONNECT head and has room for HEAD_MAX. Returns 0 or a write error. */
+static int tunnel_start(int fd, int up, const char *host, unsigned port, char *buf, size_t have, uint64_t *sent,
+                        const char **refused) {
+        *refused = NULL;
+        if (have == 0) {
+                struct pollfd pf[2] = { { fd, POLLIN, 0 }, { up, POLLIN, 0 } };
+                int pr;
+                while ((pr = poll(pf, 2, IDLE_TIMEOUT_MS)) < 0 && errno == EINTR)
+                        ;
+                if (pr <= 0 || pf[1].revents || !(pf[0].revents & POLLIN))
+                        return 0; /* the host speaks first (or a side is gone): relay as is */
+                ssize_t n;
+                while ((n = recv(fd, buf, HEAD_MAX, 0)) < 0 && errno == EINTR)
+                        ;
+                if (n <= 0)
+                        return 0;
+                have = (size_t)n;
+        }
+        if ((unsigned char)buf[0] == 0x16) {
+                *sent += have;
+                return write_all(up, buf, have);
+        }
+        size_t got = have;
+        int hl = read_head(fd, buf, HEAD_MAX, &got);
+        const char *eol = NULL, *sp1 = NULL, *sp2 = NULL;
+        if (hl == -E2BIG)
+                *refused = "request head too large inside the tunnel";
+        else if (hl <= 0 || !request_line(buf, (size_t)hl, &eol, &sp1, &sp2))
+                *refused = "neither TLS nor an HTTP request inside the tunnel";
+        else if (sp1[1] != '/' && !(sp1[1] == '*' && sp2 == sp1 + 2))
+                *refused = "a request inside a tunnel must name a path, not a URL";
+        else
+                *refused = host_header_problem(buf, (size_t)hl, host, port, port, false);
+        if (*refused) {
+                char msg[300];
+                snprintf(msg, sizeof msg, "ntfs egress: %s (CONNECT %s:%u)", *refused, host, port);
+                reply_status(fd, 400, "Bad Request", msg);
+                return 0;
+        }
+        int r = send_head(up, buf, (size_t)(eol - buf) + 2, buf, (size_t)hl, sent);
+        if (r == 0 && got > (size_t)hl) {
+                *sent += got - (size_t)hl;
+                r = write_all(up, buf + hl, got - (size_t)hl);
+        }
+        return r;
+}
+
 static void handle(struct conn *c) {
         struct ntfs_egress *run = c->run;
         int fd = c->client;
@@ -338,11 +503,8 @@ static void handle(struct conn *c) {
         if (hl <= 0)
                 return;
         /* Request line: METHOD SP TARGET SP HTTP/1.x */
-        const char *eol = memchr(buf, '\r', (size_t)hl);
-        const char *sp1 = memchr(buf, ' ', (size_t)(eol - buf));
-        const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1)) : NULL;
-        if (!sp1 || !sp2 || sp1 == buf || sp2 == sp1 + 1 || (size_t)(eol - sp2 - 1) != 8 ||
-            strncmp(sp2 + 1, "HTTP/1.", 7) != 0 || (size_t)(sp1 - buf) > 16) {
+        const char *eol, *sp1, *sp2;
+        if (!request_line(buf, (size_t)hl, &eol, &sp1, &sp2)) {
                 reply_status(fd, 400, "Bad Request", "ntfs egress: malformed request line");
                 return;
         }
@@ -361,6 +523,13 @@ static void handle(struct conn *c) {
         if (tunnel) {
                 if (split_hostport(target, tl, 0, host, sizeof host, &port) < 0 || port == 0) {
                         reply_status(fd, 400, "Bad Request", "ntfs egress: CONNECT needs host:port");
+                        return;
+                }
+                /* A Host header, if any (HTTP/1.0 clients omit it), names
+                 * the CONNECT target; never two. */
+                const char *bad = host_header_problem(buf, (size_t)hl, host, port, port, true);
+                if (bad) {
+                        refuse(run, fd, method, host, port, 400, "%s (CONNECT %s:%u)", bad, host, port);
                         return;
                 }
         } else {
@@ -383,21 +552,16 @@ static void handle(struct conn *c) {
                 }
                 path = slash ? slash : "/";
                 path_len = slash ? (size_t)(target + tl - slash) : 1;
-                /* Host must name the URL's host (no fronting another virtual host). */
-                size_t hvl = 0;
-                const char *hv = find_header(buf, (size_t)hl, "Host", &hvl);
-                char hh[256];
-                unsigned hp = 0;
-                if (!hv || split_hostport(hv, hvl, 80, hh, sizeof hh, &hp) < 0 || strcmp(hh, host) != 0 ||
-                    hp != port) {
-                        int64_t id = record_begin(run, method, host, port);
-                        snprintf(why, sizeof why, "Host header does not match the URL's host '%s'", host);
-                        json_t *res = json_pack("{s:i, s:s}", "status", 403, "refused", why);
-                        record_finish(run, id, false, res, why);
-                        json_decref(res);
-                        char msg[600];
-                        snprintf(msg, sizeof msg, "ntfs egress: %s", why);
-                        reply_status(fd, 403, "Forbidden", msg);
+                /* Exactly one Host, naming the URL's host (no fronting
+                 * another virtual host, no second Host for the server to
+                 * pick instead). */
+                if (count_header(buf, (size_t)hl, "Host") > 1) {
+                        refuse(run, fd, method, host, port, 400, "more than one Host header");
+                        return;
+                }
+                if (host_header_problem(buf, (size_t)hl, host, port, 80, false)) {
+                        refuse(run, fd, method, host, port, 403, "Host header does not match the URL's host '%s'",
+                               host);
                         return;
                 }
         }
@@ -434,55 +598,25 @@ static void handle(struct conn *c) {
         pthread_mutex_unlock(&run->lock);
         uint64_t bytes_up = 0, bytes_down = 0;
         int wr = 0;
+        const char *refused = NULL;
         if (tunnel) {
                 static const char ok[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
                 wr = write_all(fd, ok, sizeof ok - 1);
-                if (wr == 0 && got > (size_t)hl)
-                        wr = write_all(up, buf + hl, got - (size_t)hl);
+                if (wr == 0) {
+                        size_t have = got - (size_t)hl;
+                        memmove(buf, buf + hl, have);
+                        wr = tunnel_start(fd, up, host, port, buf, have, &bytes_up, &refused);
+                }
         } else {
                 /* origin-form request line, hop-by-hop and proxy headers dropped, one request */
-                struct jbuf_s {
-                        char *p;
-                        size_t len;
-                } out = { malloc(HEAD_MAX + 64), 0 };
-                if (!out.p)
-                        wr = -ENOMEM;
-                else {
-                        int n = snprintf(out.p, HEAD_MAX + 64, "%s %.*s %.8s\r\n", method, (int)path_len, path,
-                                         sp2 + 1);
-                        out.len = (size_t)n;
-                        const char *line = eol + 2;
-                        const char *hend = buf + hl - 2; /* the final empty line */
-                        while (line < hend) {
-                                const char *le = memmem(line, (size_t)(hend - line), "\r\n", 2);
-                                if (!le)
-                                        break;
-                                size_t ll = (size_t)(le - line) + 2;
-                                static const char *const drop[] = { "proxy-connection:", "proxy-authorization:",
-                                                                    "connection:", "keep-alive:", "te:",
-                                                                    "upgrade:" };
-                                bool skip = false;
-                                for (size_t i = 0; i < ARRAY_SIZE(drop); i++)
-                                        if (strncasecmp(line, drop[i], strlen(drop[i])) == 0)
-                                                skip = true;
-                                if (!skip && out.len + ll < HEAD_MAX + 40) {
-                                        memcpy(out.p + out.len, line, ll);
-                                        out.len += ll;
-                                }
-                                line = le + 2;
-                        }
-                        static const char closing[] = "Connection: close\r\n\r\n";
-                        memcpy(out.p + out.len, closing, sizeof closing - 1);
-                        out.len += sizeof closing - 1;
-                        wr = write_all(up, out.p, out.len);
-                        if (wr == 0 && got > (size_t)hl)
-                                wr = write_all(up, buf + hl, got - (size_t)hl);
-                        bytes_up += out.len;
-                        free(out.p);
-                }
+                char rl[HEAD_MAX + 32];
+                int n = snprintf(rl, sizeof rl, "%s %.*s %.8s\r\n", method, (int)path_len, path, sp2 + 1);
+                wr = n < 0 || (size_t)n >= sizeof rl ? -E2BIG : send_head(up, rl, (size_t)n, buf, (size_t)hl, &bytes_up);
+                if (wr == 0 && got > (size_t)hl)
+                        wr = write_all(up, buf + hl, got - (size_t)hl);
+                bytes_up += got > (size_t)hl ? got - (size_t)hl : 0;
         }
-        bytes_up += got > (size_t)hl ? got - (size_t)hl : 0;
-        if (wr == 0)
+        if (wr == 0 && !refused)
                 relay(fd, up, &bytes_up, &bytes_down);
         pthread_mutex_lock(&run->lock);
         c->upstream = -1;
@@ -491,7 +625,15 @@ static void handle(struct conn *c) {
         json_t *res = json_pack("{s:s, s:s, s:I, s:I, s:I}", "mode", tunnel ? "tunnel" : "forward", "address", addr,
                                 "bytes_up", (json_int_t)bytes_up, "bytes_down", (json_int_t)bytes_down,
                                 "duration_ms", (json_int_t)((ntfs_mono_ns() - t0) / 1000000));
-        record_finish(run, id, wr == 0, res, wr == 0 ? NULL : "write to the host failed");
+        if (refused && res) {
+                json_object_set_new(res, "status", json_integer(400));
+                json_object_set_new(res, "refused", json_string(refused));
+        }
+        record_finish(run, id, wr == 0 && !refused, res,
+                      refused ? refused : wr == 0 ? NULL : "write to the host failed");
+        if (refused)
+                log_info("egress %s: %s %s:%u refused inside the tunnel: %s", run->label, method, host, port,
+                         refused);
         json_decref(res);
         log_debug("egress %s: %s %s:%u via %s, %" PRIu64 " up, %" PRIu64 " down", run->label, method, host, port,
                   addr, bytes_up, bytes_down);

@@ -218,6 +218,12 @@ static bool value_safe(const char *v) {
         return true;
 }
 
+/* A secret the journal can redact: long enough not to match ordinary text. */
+static bool secret_length_ok(const char *v) {
+        size_t l = strnlen(v, NTFS_POLICY_SECRET_MAX + 1);
+        return l >= NTFS_POLICY_SECRET_MIN && l <= NTFS_POLICY_SECRET_MAX;
+}
+
 int ntfs_gateway_new(const ntfs_policy *p, const char *env_file, unsigned flags, ntfs_gateway **ret,
                      char *why, size_t whylen) {
         if (why && whylen)
@@ -247,6 +253,13 @@ int ntfs_gateway_new(const ntfs_policy *p, const char *env_file, unsigned flags,
         if (v) {
                 if (!value_safe(v)) {
                         setwhy(why, whylen, "ANTHROPIC_API_KEY holds a control character");
+                        r = -NTFS_EBADREQ;
+                        goto out;
+                }
+                if (!secret_length_ok(v)) {
+                        setwhy(why, whylen,
+                               "ANTHROPIC_API_KEY: a secret must be %d to %d bytes long to be redacted safely",
+                               NTFS_POLICY_SECRET_MIN, NTFS_POLICY_SECRET_MAX);
                         r = -NTFS_EBADREQ;
                         goto out;
                 }
@@ -301,6 +314,13 @@ int ntfs_gateway_new(const ntfs_policy *p, const char *env_file, unsigned flags,
                 }
                 if (!value_safe(val)) {
                         setwhy(why, whylen, "credential for %s holds a control character", creds[i].host);
+                        r = -NTFS_EBADREQ;
+                        goto out;
+                }
+                if (!secret_length_ok(val)) {
+                        setwhy(why, whylen,
+                               "credential for %s: a secret must be %d to %d bytes long to be redacted safely",
+                               creds[i].host, NTFS_POLICY_SECRET_MIN, NTFS_POLICY_SECRET_MAX);
                         r = -NTFS_EBADREQ;
                         goto out;
                 }

@@ -619,6 +619,9 @@ static int kv_credential(struct parser *ps, const char *key, char *v) {
         if (strcmp(key, "value") == 0) {
                 if (!*v)
                         return perr(ps, "value: empty");
+                if (strlen(v) < NTFS_POLICY_SECRET_MIN)
+                        return perr(ps, "value: a credential shorter than %d bytes cannot be redacted safely",
+                                    NTFS_POLICY_SECRET_MIN);
                 return set_string(ps, key, v, &c->value);
         }
         if (strcmp(key, "value_env") == 0) {

@@ -103,6 +103,12 @@ void ntfs_policy_free(ntfs_policy *p);
 #define NTFS_POLICY_MAX_HOSTS 1024
 #define NTFS_POLICY_MAX_PORTS 64
 #define NTFS_POLICY_MAX_CREDENTIALS 64
+/* Shortest secret (credential value, LLM key) accepted: the journal replaces
+ * every occurrence of each secret in what it stores, and a value of 1-3
+ * bytes would redact ordinary text (the journal refuses it: its
+ * NTFS_JOURNAL_SECRET_MIN is the same 4). Longest: one policy line. */
+#define NTFS_POLICY_SECRET_MIN 4
+#define NTFS_POLICY_SECRET_MAX 4096
 #define NTFS_POLICY_MAX_SECTIONS 512
 
 /* ---- registry ------------------------------------------------------- */

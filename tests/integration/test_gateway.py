@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import lazy_unmount, mounts_under
+from conftest import find_bin, lazy_unmount, mounts_under
 from ctl_fixtures import Daemon
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -429,6 +429,49 @@ def test_llm_without_key_is_a_clear_error(scratch):
         assert not d.sanitizer_errors()
 
 
+def start_refused(scratch, policy_text, env_text):
+    """Starts ntfsd with this policy and env file; it must refuse to start."""
+    pol = os.path.join(scratch, "short.ini")
+    with open(pol, "w") as f:
+        f.write(policy_text)
+    envf = os.path.join(scratch, "short.env")
+    with open(envf, "w") as f:
+        f.write(env_text)
+    os.chmod(envf, 0o600)
+    store, sock = os.path.join(scratch, "store-short"), os.path.join(scratch, "short.sock")
+    p = subprocess.Popen([find_bin("ntfsd"), "--store", store, "--socket", sock, "-f", "--policy", pol,
+                          "--env-file", envf], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+        pytest.fail(f"ntfsd started (and served) with a secret it cannot redact: {err[-2000:]}")
+    assert not os.path.exists(sock), "the daemon served its socket"
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def test_short_credential_refused_at_start(scratch):
+    # A 3-byte secret cannot be redacted without redacting ordinary text; the
+    # journal refuses it, and the daemon must not start without redaction
+    # (before, it started and redacted nothing, the API key included).
+    env_text = f"ANTHROPIC_API_KEY={API_KEY}\nSHORT_TOKEN=abc\n"
+    p = start_refused(scratch, "[credential 127.0.0.1]\nheader = X-Api-Token\nvalue_env = SHORT_TOKEN\n",
+                      env_text)
+    assert p.returncode != 0, p
+    assert "127.0.0.1" in p.stderr and "redacted safely" in p.stderr, p.stderr
+    assert "abc" not in p.stderr and API_KEY not in p.stderr + p.stdout
+    # the same as a literal in the policy file: refused by the parser, naming the line
+    p = start_refused(scratch, "[credential 127.0.0.1]\nheader = X-Api-Token\nvalue = abc\n", env_text)
+    assert p.returncode != 0, p
+    assert "line 3" in p.stderr and "redacted safely" in p.stderr, p.stderr
+    # and a 3-byte LLM key
+    p = start_refused(scratch, "[fetch]\n", "ANTHROPIC_API_KEY=k3y\n")
+    assert p.returncode != 0, p
+    assert "ANTHROPIC_API_KEY" in p.stderr and "redacted safely" in p.stderr, p.stderr
+
+
 # ---- the jail: no credentials, and the egress proxy ----------------------------------------
 
 def run(gw, cmd, tool="bash_run"):
@@ -482,6 +525,17 @@ def test_egress_proxy_allowed_refused_and_direct(gw):
     assert sorted(e["status"] for e in eg) == ["done", "done", "failed", "failed"]
 
 
+def test_egress_run_shows_no_host_path_in_proc(gw):
+    # The forwarder (pid 2 of an egress run) and init ran with the helper's
+    # argv: the store's path (the session's internal mount under it) and the
+    # egress socket's. No command line or environment in the jail shows them.
+    j = run(gw, "for p in /proc/[0-9]*; do echo \"== $p\"; tr '\\0' ' ' <$p/cmdline; echo; "
+                "tr '\\0' ' ' <$p/environ 2>/dev/null; echo; done")
+    out = j["stdout"]
+    assert "== /proc/2" in out and "ntfs-jail-init" in out, j
+    assert gw.d.store not in out and "egress/" not in out and ".sock" not in out, out
+
+
 def test_egress_off_by_default(gw):
     # bash_write has no egress (and no network): no proxy variables, nothing listens
     j = run(gw, "echo P=$HTTP_PROXY; curl -sS --max-time 5 -x http://127.0.0.1:3128 http://127.0.0.1/ 2>&1; echo rc=$?",
@@ -495,11 +549,91 @@ def test_egress_host_header_must_match(gw):
     assert "code=403" in j["stdout"], j
 
 
+RAW_PROXY_CLIENT = r"""
+import socket, sys
+def ask(head, inner=None):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+    s.sendall(head.encode())
+    got = b""
+    while b"\r\n\r\n" not in got:
+        c = s.recv(4096)
+        if not c:
+            break
+        got += c
+    first = got.split(b"\r\n", 1)[0].decode()
+    if inner is not None and " 200 " in first:
+        s.sendall(inner.encode())
+        got = b""
+        while True:
+            c = s.recv(4096)
+            if not c:
+                break
+            got += c
+        first += " | " + got.split(b"\r\n", 1)[0].decode()
+    s.close()
+    return first
+port = int(sys.argv[1])
+t = "127.0.0.1:%d" % port
+cases = [
+    ("dup_host", "GET http://%s/ok HTTP/1.1\r\nHost: %s\r\nHost: %s\r\n\r\n" % (t, t, t), None),
+    ("dup_host_spaced", "GET http://%s/ok HTTP/1.1\r\nHost: %s\r\nHost : evil.test\r\n\r\n" % (t, t), None),
+    ("connect_host_mismatch", "CONNECT %s HTTP/1.1\r\nHost: evil.test\r\n\r\n" % t, ""),
+    ("connect_dup_host", "CONNECT %s HTTP/1.1\r\nHost: %s\r\nHost: %s\r\n\r\n" % (t, t, t), ""),
+    ("inner_host_mismatch", "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (t, t),
+     "GET /ok HTTP/1.1\r\nHost: evil.test\r\n\r\n"),
+    ("inner_dup_host", "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (t, t),
+     "GET /ok HTTP/1.1\r\nHost: %s\r\nHost: evil.test\r\n\r\n" % t),
+    ("inner_absolute_url", "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (t, t),
+     "GET http://evil.test/ok HTTP/1.1\r\nHost: %s\r\n\r\n" % t),
+    ("inner_ok", "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (t, t),
+     "GET /ok HTTP/1.1\r\nHost: %s\r\n\r\n" % t),
+]
+for name, head, inner in cases:
+    print(name, "=", ask(head, inner), flush=True)
+"""
+
+
+def test_egress_one_host_header_matching_the_target(gw):
+    # Two Host headers (the upstream saw both before), a CONNECT whose Host
+    # names another host, and a plain-HTTP request inside a tunnel to an
+    # allowed host that names another one: each is a 400 and reaches nothing.
+    run(gw, "cat > /workspace/rawproxy.py <<'EOF'\n" + RAW_PROXY_CLIENT + "EOF\n", tool="bash_write")
+    n0 = hits(gw, "/ok")
+    j = run(gw, f"python3 /workspace/rawproxy.py {gw.http_port}")
+    got = dict(line.split(" = ", 1) for line in j["stdout"].splitlines() if " = " in line)
+    assert len(got) == 8, j
+    for name in ("dup_host", "dup_host_spaced", "connect_host_mismatch", "connect_dup_host"):
+        assert got[name].startswith("HTTP/1.1 400"), (name, got)
+    for name in ("inner_host_mismatch", "inner_dup_host", "inner_absolute_url"):
+        assert got[name] == "HTTP/1.1 200 Connection Established | HTTP/1.1 400 Bad Request", (name, got)
+    assert got["inner_ok"].startswith("HTTP/1.1 200 Connection Established | HTTP/1.") and \
+        got["inner_ok"].endswith(" 200 OK"), got
+    assert hits(gw, "/ok") == n0 + 1  # only the good one reached the server
+    # every refusal is journaled with its reason
+    effs = gw.d.jok("effects", "main")
+    effs = effs["effects"] if isinstance(effs, dict) else effs
+    parent = [e for e in effs if e["tool"] == "bash_run"][-1]
+    eg = [e for e in effs if e["tool"] == "egress" and e["step"] == parent["step"]]
+    assert sorted(e["status"] for e in eg) == ["done"] + ["failed"] * 7, eg
+    assert any("Host" in json.dumps(e) for e in eg if e["status"] == "failed")
+
+
 # ---- last: the secrets never reached the journal or the log --------------------------------
 
 def test_zz_secrets_absent_from_journal_and_log(gw):
     # make sure there is something to search: a credentialed fetch and a generation were journaled
     fetch(gw, url(gw, "/echo-headers"), idempotency_key="last-" + uuid.uuid4().hex)
+    # and the secrets reach the journal by paths the gateway's masking does not
+    # cover: in a command (the effect's input) and its output (the result), and
+    # in an LLM request's text; only the journal's redaction stands between
+    # them and the file
+    j = run(gw, f"echo {API_KEY}; echo {TOKEN} >&2", tool="bash_read")
+    assert API_KEY in j["stdout"] and TOKEN in j["stderr"], j
+    post_json(gw.llm_port, "/_control/script", {"steps": [{"status": 200}]})
+    r = gw.d.http("POST", "/v1/sessions/main/llm",
+                  {"messages": [{"role": "user", "content": f"remember {API_KEY} and {TOKEN}"}],
+                   "idempotency_key": "zz-" + uuid.uuid4().hex}, timeout=60)
+    assert r.status == 200, r
     found = []
     for name in os.listdir(gw.d.store):
         if name.startswith("journal.db"):

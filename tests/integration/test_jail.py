@@ -9,6 +9,7 @@ behind, the host's canary files are intact.
 
 Needs root (the helper builds namespaces); skipped otherwise.
 """
+import base64
 import ctypes
 import glob
 import json
@@ -214,7 +215,27 @@ def test_x32_abi_kills_process(ws, probe_bin):
     assert host.returncode == 0 and host.stdout.startswith(b"x32=")
     res = jail(ws, "./probe x32; echo rc=$?")
     assert "x32=" not in res["stdout"]
-    assert "rc=%d" % (128 + signal.SIGSYS) in res["stdout"]
+    # the filter's listener (the helper) killed it and names the syscall
+    assert "rc=%d" % (128 + signal.SIGKILL) in res["stdout"]
+    assert res["seccomp_killed"] == 1, res
+    assert res["seccomp_kills"][0]["syscall"] == "x32 getpid", res
+    assert res["seccomp_kills"][0]["pid"] > 1
+
+
+def test_seccomp_kill_named_without_json(ws):
+    p = subprocess.run([JAIL, "--workspace", str(ws), "--", "./probe x32"], capture_output=True, timeout=60)
+    assert p.returncode == 128 + signal.SIGKILL, p
+    assert re.search(rb"ntfs-jail: seccomp killed pid \d+: it called x32 getpid", p.stderr), p.stderr
+
+
+def test_seccomp_kill_of_a_thread_ends_its_process(ws):
+    # The notification names a thread; the whole process goes, not a pid
+    # that merely looks like it.
+    res = jail(ws, "python3 -c 'import threading, ctypes, time\n"
+                   "t = threading.Thread(target=lambda: ctypes.CDLL(None).syscall(0x40000000 | 39))\n"
+                   "t.start(); time.sleep(5); print(\"survived\")'; echo rc=$?")
+    assert "survived" not in res["stdout"] and "rc=%d" % (128 + signal.SIGKILL) in res["stdout"], res
+    assert [k["syscall"] for k in res["seccomp_kills"]] == ["x32 getpid"], res
 
 
 def test_int80_i386_abi_kills_process(ws, probe_bin):
@@ -224,10 +245,66 @@ def test_int80_i386_abi_kills_process(ws, probe_bin):
     res = jail(ws, "./probe int80; echo rc=$?")
     assert "int80=" not in res["stdout"]
     if host.returncode == 0:
-        assert "rc=%d" % (128 + signal.SIGSYS) in res["stdout"]
+        assert "rc=%d" % (128 + signal.SIGKILL) in res["stdout"]
+        assert [k["syscall"] for k in res["seccomp_kills"]] == ["i386 getpid"], res
     else:
         assert host.returncode == -signal.SIGSEGV
-        assert res["stdout"] in ("rc=%d\n" % (128 + signal.SIGSYS), "rc=%d\n" % (128 + signal.SIGSEGV))
+        assert res["stdout"] in ("rc=%d\n" % (128 + signal.SIGKILL), "rc=%d\n" % (128 + signal.SIGSEGV))
+
+
+def test_personality_default_only(ws):
+    got, _ = probe(ws, "personality_query", "personality_query64", "personality_default", "personality_bsd",
+                   "personality_linux32", "personality_no_aslr", "personality_high_bit", "personality_almost_query")
+    assert got == {"personality_query": "OK", "personality_query64": "OK", "personality_default": "OK",
+                   "personality_bsd": "EPERM", "personality_linux32": "EPERM", "personality_no_aslr": "EPERM",
+                   "personality_high_bit": "EPERM", "personality_almost_query": "EPERM"}, got
+    # setarch, the tool a command would use, is refused too
+    res = jail(ws, "setarch -R true; echo rc=$?; setarch $(uname -m) true; echo same=$?")
+    assert "rc=0" not in res["stdout"] and "same=0" in res["stdout"], res
+
+
+def test_modify_ldt_refused(ws):
+    got, _ = probe(ws, "modify_ldt_read", "modify_ldt_write")
+    assert got == {"modify_ldt_read": "EPERM", "modify_ldt_write": "EPERM"}, got
+
+
+def test_init_is_filtered_too(ws):
+    # pid 1 of the jail (init) runs under the same filter as the command
+    res = jail(ws, "grep -h '^Seccomp:' /proc/1/status /proc/self/status; "
+                   "grep -h '^NoNewPrivs:' /proc/1/status")
+    assert res["stdout"] == "Seccomp:\t2\nSeccomp:\t2\nNoNewPrivs:\t1\n", res
+
+
+def test_no_host_path_in_proc(ws, tmp_path):
+    # The helper's argv names the workspace's host path and the egress
+    # socket's; init, the forwarder (P3) and the command before its exec
+    # ran with it. Nothing under /proc shows the socket's path, and no
+    # process's command line or environment shows either.
+    sockdir = tmp_path / ("hostsock-" + uuid.uuid4().hex[:8])
+    sockdir.mkdir()
+    sock_path = str(sockdir / "egress.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(sock_path)
+    srv.listen(4)
+    # the command names the needle only in base64, so its own argv is clean
+    b64 = base64.b64encode(sockdir.name.encode()).decode()
+    try:
+        res = jail(ws, "for p in /proc/[0-9]*; do echo \"== $p $(cat $p/comm)\"; tr '\\0' ' ' <$p/cmdline; echo; "
+                       "tr '\\0' ' ' <$p/environ 2>/dev/null; echo; done; echo '== mounts'; "
+                       "cat /proc/*/mountinfo /proc/*/mounts 2>/dev/null; echo '== grep'; "
+                       f"n=$(echo {b64} | base64 -d); "
+                       "grep -rsl --exclude-dir='[0-9]*' --exclude-dir=self --exclude-dir=thread-self \"$n\" /proc "
+                       "2>/dev/null | head; true",
+                   "--proxy-socket", sock_path, timeout=60)
+    finally:
+        srv.close()
+    out = res["stdout"]
+    procs, rest = out.split("== mounts\n", 1)
+    assert procs.count("== /proc/") >= 3, res  # init, the forwarder, the command
+    assert "ntfs-jail-init" in procs, res
+    assert sockdir.name not in out, out
+    assert str(ws) not in procs, procs  # (the mounts show it: the workspace is mounted at its host path)
+    assert rest.endswith("== grep\n"), rest
 
 
 def test_io_uring_enosys(ws):

@@ -184,3 +184,22 @@ def test_refused_calls_are_clear(pdaemon):
     r = d.http("POST", "/v1/sessions/p/exec", body={"command": "true", "timeout": -1})
     assert r.status == 400
     d.healthy()
+
+
+def test_seccomp_kill_named_in_log_and_effect(pdaemon):
+    # A syscall through a foreign ABI (x32 getpid) is stopped by the jail's
+    # filter; ntfsd's log names the syscall and the effect's result records
+    # it (a line on its stderr), and the row is failed ("killed").
+    d = pdaemon()
+    d.ok("session", "new", "p")
+    b = body(exec_(d, "p", "python3 -c 'import ctypes; ctypes.CDLL(None).syscall(0x40000000 | 39)'; "
+                           "echo rc=$?"))
+    assert "rc=137" in b["stdout"], b
+    assert "seccomp killed pid" in b["stderr"] and "x32 getpid" in b["stderr"], b
+    log = d.log_text()
+    assert "seccomp filter killed 1 process" in log and "x32 getpid" in log, log[-2000:]
+    effs = d.jok("effects", "p")
+    effs = effs["effects"] if isinstance(effs, dict) else effs
+    rows = [e for e in effs if e["tool"] == "bash_write"]
+    assert rows and "x32 getpid" in json.dumps(rows[-1]), rows
+    d.healthy()

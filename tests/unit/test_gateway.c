@@ -483,6 +483,27 @@ TEST(fetch_credentials) {
         ASSERT(strstr(why, "NOT_SET_ANYWHERE"));
         ASSERT_ERR(ntfs_gateway_new(p2, "/nonexistent/.env", 0, &g2, why, sizeof why), -ENOENT);
         ntfs_policy_free(p2);
+
+        /* A secret of 1-3 bytes, from a variable or as the LLM key, is refused:
+         * the journal could not redact it without redacting ordinary text. */
+        char shortenv[] = "/tmp/ntfs-gw-short-XXXXXX";
+        int fd = mkstemp(shortenv);
+        ASSERT(fd >= 0);
+        close(fd);
+        static const char shorttext[] = "SHORT_TOKEN=abc\n";
+        ASSERT(ntfs_write_file_durable(shortenv, shorttext, sizeof shorttext - 1, 0600) == 0);
+        ntfs_policy *p3 = policy_from("[credential a.com]\nheader = X\nvalue_env = SHORT_TOKEN\n");
+        ntfs_gateway *g3 = NULL;
+        ASSERT_ERR(ntfs_gateway_new(p3, shortenv, NTFS_GATEWAY_NO_ENVIRON, &g3, why, sizeof why), -NTFS_EBADREQ);
+        ASSERT(strstr(why, "a.com") && strstr(why, "redacted safely") && !strstr(why, "abc"));
+        ntfs_policy_free(p3);
+        static const char shortkey[] = "ANTHROPIC_API_KEY=k1\n";
+        ASSERT(ntfs_write_file_durable(shortenv, shortkey, sizeof shortkey - 1, 0600) == 0);
+        ntfs_policy *p4 = policy_from("[fetch]\n");
+        ASSERT_ERR(ntfs_gateway_new(p4, shortenv, NTFS_GATEWAY_NO_ENVIRON, &g3, why, sizeof why), -NTFS_EBADREQ);
+        ASSERT(strstr(why, "ANTHROPIC_API_KEY") && strstr(why, "redacted safely"));
+        ntfs_policy_free(p4);
+        unlink(shortenv);
 }
 
 /* ---- LLM ------------------------------------------------------------ */

@@ -236,13 +236,16 @@ TEST(parse_errors) {
         parse_bad("[fetch]\nmax redirects = 3\n", 2, "invalid key");
         parse_bad("[fetch]\ntimeout =\n", 2, "empty value");
         parse_bad("[credential a.com]\nheader = X-A\n\n[fetch]\n", 1, "exactly one of value, value_env");
-        parse_bad("[credential a.com]\nvalue = x\n", 1, "no header");
-        parse_bad("[credential a.com]\nheader = X-A\nvalue = x\nvalue_env = Y\n", 1, "exactly one");
+        parse_bad("[credential a.com]\nvalue = xxxx\n", 1, "no header");
+        parse_bad("[credential a.com]\nheader = X-A\nvalue = xxxx\nvalue_env = Y\n", 1, "exactly one");
         parse_bad("[credential a.com]\nheader = Bad Header\n", 2, "not a header name");
         parse_bad("[credential a.com]\nheader = Host\n", 2, "cannot carry a credential");
         parse_bad("[credential a.com]\nheader = X\nvalue_env = 1BAD\n", 3, "not a variable name");
         parse_bad("[credential a.com]\nheader = X\nheader = Y\n", 3, "set twice");
-        parse_bad("[credential a.com]\nheader = X\nvalue = 1\n[credential A.com]\n", 4, "section repeated");
+        parse_bad("[credential a.com]\nheader = X\nvalue = 1234\n[credential A.com]\n", 4, "section repeated");
+        /* A 1-3 byte secret would make the journal redact ordinary text. */
+        parse_bad("[credential a.com]\nheader = X\nvalue = abc\n", 3, "cannot be redacted safely");
+        parse_bad("[credential a.com]\nheader = X\nvalue = a\n", 3, "cannot be redacted safely");
         parse_bad("[llm]\nbase_url = ftp://x\n", 2, "must start with http");
         parse_bad("[llm]\nmax_attempts = 0\n", 2, "at least 1");
         parse_bad("[llm]\nmax_tokens = 0\n", 2, "positive");

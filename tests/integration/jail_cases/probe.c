@@ -168,6 +168,32 @@ static long run(const char *n) {
                 __asm__ volatile("int $0x80" : "=a"(r) : "a"(20) : "memory"); /* i386 getpid */
                 return r;
         }
+        /* personality: the default persona and the query only. */
+        if (!strcmp(n, "personality_query"))
+                return syscall(SYS_personality, 0xffffffffUL);
+        if (!strcmp(n, "personality_query64"))
+                return syscall(SYS_personality, ~0UL);
+        if (!strcmp(n, "personality_default"))
+                return syscall(SYS_personality, 0UL);
+        if (!strcmp(n, "personality_bsd"))
+                return syscall(SYS_personality, 0x0006UL /* PER_BSD */);
+        if (!strcmp(n, "personality_linux32"))
+                return syscall(SYS_personality, 0x0008UL /* PER_LINUX32 */);
+        if (!strcmp(n, "personality_no_aslr"))
+                return syscall(SYS_personality, 0x0040000UL /* ADDR_NO_RANDOMIZE */);
+        if (!strcmp(n, "personality_high_bit"))
+                return syscall(SYS_personality, 0x80000000UL);
+        if (!strcmp(n, "personality_almost_query"))
+                return syscall(SYS_personality, 0xfffffffeUL);
+        if (!strcmp(n, "modify_ldt_read")) {
+                char buf[16];
+                return syscall(SYS_modify_ldt, 0, buf, sizeof buf);
+        }
+        if (!strcmp(n, "modify_ldt_write")) {
+                /* struct user_desc, zeroed: an empty entry 0 */
+                uint32_t desc[4] = { 0 };
+                return syscall(SYS_modify_ldt, 1, desc, sizeof desc);
+        }
         if (!strcmp(n, "io_uring_setup")) {
                 char params[120] = { 0 };
                 return syscall(SYS_io_uring_setup, 4, params);
