@@ -166,11 +166,25 @@ static int dup_json_string(json_t *o, const char *key, char **ret, size_t *ret_l
         return 0;
 }
 
+/* A stream of the command: key_b64 (the exact bytes) when the helper gave
+ * it, else the text under key (exec/jail-internal.h, jbuf_json_output). */
+static int output_bytes(json_t *o, const char *key, char **ret, size_t *ret_len) {
+        char k[32];
+        snprintf(k, sizeof k, "%s_b64", key);
+        json_t *v = json_object_get(o, k);
+        if (!v)
+                return dup_json_string(o, key, ret, ret_len);
+        if (!json_is_string(v))
+                return -EPROTO;
+        int r = ntfs_base64_decode(json_string_value(v), json_string_length(v), ret, ret_len);
+        return r == -EINVAL ? -EPROTO : r;
+}
+
 static bool jbool(json_t *o, const char *key) { return json_is_true(json_object_get(o, key)); }
 
 static int parse_result(const char *buf, size_t len, struct ntfs_jail_result *r) {
         json_error_t jerr;
-        json_t *root = json_loadb(buf, len, JSON_ALLOW_NUL, &jerr);
+        json_t *root = json_loadb(buf, len, 0, &jerr);
         if (!root || !json_is_object(root)) {
                 json_decref(root);
                 return -EPROTO;
@@ -198,9 +212,9 @@ static int parse_result(const char *buf, size_t len, struct ntfs_jail_result *r)
         r->limit_memory = jbool(lim, "memory");
         r->limit_pids = jbool(lim, "pids");
         r->limit_cpu = jbool(lim, "cpu");
-        ret = dup_json_string(root, "stdout", &r->out, &r->out_len);
+        ret = output_bytes(root, "stdout", &r->out, &r->out_len);
         if (ret >= 0)
-                ret = dup_json_string(root, "stderr", &r->err, &r->err_len);
+                ret = output_bytes(root, "stderr", &r->err, &r->err_len);
         if (ret >= 0)
                 ret = dup_json_string(root, "state", &r->state_out, NULL);
         if (ret >= 0 && (!r->out || !r->err))
@@ -294,8 +308,10 @@ int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *re
         if (sr != 0)
                 return -sr;
 
-        /* JSON escaping grows bytes at most 6x; the state blob rides along. */
-        struct capture out = { .fd = out_r, .max = 2 * 6 * limit + 2 * JAIL_STATE_MAX + 65536 };
+        /* JSON escaping grows bytes at most 6x, and output that is not
+         * clean text comes twice (its text and its base64, 4/3); the state
+         * blob rides along. */
+        struct capture out = { .fd = out_r, .max = 2 * 8 * limit + 2 * JAIL_STATE_MAX + 65536 };
         struct capture diag = { .fd = err_r, .max = DIAG_MAX };
         bool out_open = true, err_open = true, killed = false, cancel_sent = false;
         int64_t deadline = ntfs_mono_ns() + (int64_t)timeout_ms * 1000000 + HELPER_GRACE_NS;

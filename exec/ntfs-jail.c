@@ -538,15 +538,13 @@ int main(int argc, char **argv) {
                 int r = jbuf_printf(&b, "{\"exit_code\":%d,\"signal\":%d,\"timed_out\":%s,\"oom\":%s,", exit_code,
                                     term_signal, timed_out ? "true" : "false", oom ? "true" : "false");
                 if (r >= 0)
-                        r = jbuf_puts(&b, "\"stdout\":");
+                        r = jbuf_json_output(&b, "stdout", out.buf.p ? out.buf.p : "", out.buf.len);
                 if (r >= 0)
-                        r = jbuf_json_string(&b, out.buf.p ? out.buf.p : "", out.buf.len);
-                if (r >= 0)
-                        r = jbuf_printf(&b, ",\"stdout_truncated\":%s,\"stdout_bytes\":%llu,\"stderr\":",
+                        r = jbuf_printf(&b, ",\"stdout_truncated\":%s,\"stdout_bytes\":%llu,",
                                         out.total > o.output_limit ? "true" : "false",
                                         (unsigned long long)out.total);
                 if (r >= 0)
-                        r = jbuf_json_string(&b, err.buf.p ? err.buf.p : "", err.buf.len);
+                        r = jbuf_json_output(&b, "stderr", err.buf.p ? err.buf.p : "", err.buf.len);
                 if (r >= 0)
                         r = jbuf_printf(&b,
                                         ",\"stderr_truncated\":%s,\"stderr_bytes\":%llu,\"duration_ns\":%lld,"
