@@ -311,9 +311,10 @@ static int finish_effect(const struct ntfs_effect *eff, int status, json_t *res,
 }
 
 /* Runs one jailed tool call, journaled; *ret is the result object. cancel:
- * see h_exec_cancel (NULL: not cancellable). */
+ * see h_exec_cancel (NULL: not cancellable). io: a streaming call's
+ * (ctl/routes-exec-stream.c), or NULL. */
 static int run_tool(const char *session, const char *tool, const char *command, const char *key, double timeout_s,
-                    const int *cancel, json_t **ret, char *why, size_t whylen) {
+                    const int *cancel, const struct d_exec_io *io, json_t **ret, char *why, size_t whylen) {
         const struct ntfs_tool_spec *spec = ntfs_policy_tool(D.pol, tool);
         if (spec && spec->kind == NTFS_TOOL_KIND_FETCH && d_run_fetch)
                 return d_run_fetch(session, command, key, ret, why, whylen);
@@ -428,8 +429,11 @@ static int run_tool(const char *session, const char *tool, const char *command, 
                 js.proxy_port = NTFS_EGRESS_PORT;
         }
         js.cancel = cancel;
+        js.io = io ? io->jail : NULL;
         struct ntfs_jail_result jr = { 0 };
         r = ntfs_jail_run(&js, &jr);
+        if (io && io->ended)
+                io->ended(io->ud, &jr);
         if (egress)
                 d_egress_run_end(egress);
         if (r < 0) {
@@ -522,7 +526,12 @@ static int run_tool(const char *session, const char *tool, const char *command, 
 
 int d_run_tool(const char *session, const char *tool, const char *command, const char *key, double timeout_s,
                json_t **ret, char *why, size_t whylen) {
-        return run_tool(session, tool, command, key, timeout_s, NULL, ret, why, whylen);
+        return run_tool(session, tool, command, key, timeout_s, NULL, NULL, ret, why, whylen);
+}
+
+int d_run_tool_io(const char *session, const char *tool, const char *command, const char *key, double timeout_s,
+                  const int *cancel, const struct d_exec_io *io, json_t **ret, char *why, size_t whylen) {
+        return run_tool(session, tool, command, key, timeout_s, cancel, io, ret, why, whylen);
 }
 
 /* ---- cancellation (ntfs-mcp's notifications/cancelled, docs/mcp.md) ------------------
@@ -605,7 +614,7 @@ static int h_exec(void *ud, const ntfs_http_request *req, ntfs_http_response *re
         char why[512] = "";
         json_t *res;
         r = run_tool(name, tool ? tool : "bash_write", cmd, key, t ? json_number_value(t) : 0, token ? &ce.flag : NULL,
-                     &res, why, sizeof why);
+                     NULL, &res, why, sizeof why);
         if (token)
                 cancel_unregister(&ce);
         if (r < 0)
@@ -637,6 +646,7 @@ int routes_exec_register(ntfs_router *rt) {
         static const struct ntfs_route routes[] = {
                 { "POST /v1/sessions/{name}/exec", h_exec, 0 },
                 { "POST /v1/sessions/{name}/exec/cancel", h_exec_cancel, 0 },
+                { "POST /v1/sessions/{name}/exec/stream", d_h_exec_stream, 0 },
                 { "GET /v1/sessions/{name}/effects", h_effects, 0 },
         };
         return ntfs_router_add_table(rt, routes, ARRAY_SIZE(routes));

@@ -118,6 +118,10 @@ static int validate(const struct ntfs_jail_spec *s) {
         if (s->proxy_socket && (s->proxy_socket[0] != '/' || strlen(s->proxy_socket) >= 4096 ||
                                 s->proxy_port > 65535))
                 return -EINVAL;
+        const struct ntfs_jail_io *io = s->io;
+        if (io && ((io->stdout_fd < 0) != (io->stderr_fd < 0) ||
+                   (io->tty_fd >= 0 && (io->stdout_fd >= 0 || io->stdin_fd >= 0))))
+                return -EINVAL;
         return 0;
 }
 
@@ -264,6 +268,13 @@ int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *re
                 arg(&a, "--state-in");
                 arg(&a, "-");
         }
+        const struct ntfs_jail_io *io = spec->io;
+        if (io && io->stdout_fd >= 0)
+                arg(&a, "--stream");
+        if (io && io->stdin_fd >= 0)
+                arg(&a, "--stdin");
+        if (io && io->tty_fd >= 0)
+                arg(&a, "--tty");
         arg(&a, "--");
         arg(&a, spec->command);
         a.argv[a.n] = NULL;
@@ -292,6 +303,17 @@ int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *re
         posix_spawn_file_actions_adddup2(&fa, in, 0);
         posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
         posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
+        /* The streaming fds go to 3, 4 and 5 from copies above them, so
+         * that no dup2 overwrites a source still to be copied. */
+        int hi[3] = { -1, -1, -1 };
+        const int src[3] = { io ? io->stdout_fd : -1, io ? io->stderr_fd : -1,
+                             io ? (io->tty_fd >= 0 ? io->tty_fd : io->stdin_fd) : -1 };
+        for (int i = 0; i < 3 && r >= 0; i++)
+                if (src[i] >= 0 && (hi[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 10)) < 0)
+                        r = -errno;
+        for (int i = 0; i < 3; i++)
+                if (hi[i] >= 0)
+                        posix_spawn_file_actions_adddup2(&fa, hi[i], 3 + i);
         sigset_t none, all;
         sigemptyset(&none);
         sigfillset(&all);
@@ -300,11 +322,16 @@ int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *re
         posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
         char *envp[] = { NULL };
         pid_t pid;
-        int sr = posix_spawn(&pid, spec->jail_binary, &fa, &at, a.argv, envp);
+        int sr = r < 0 ? 0 : posix_spawn(&pid, spec->jail_binary, &fa, &at, a.argv, envp);
+        if (r < 0)
+                sr = -r;
         posix_spawn_file_actions_destroy(&fa);
         posix_spawnattr_destroy(&at);
         close(outp[1]);
         close(errp[1]);
+        for (int i = 0; i < 3; i++)
+                if (hi[i] >= 0)
+                        close(hi[i]);
         if (sr != 0)
                 return -sr;
 

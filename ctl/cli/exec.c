@@ -106,6 +106,16 @@ int cmd_exec(struct ctx *c, const struct cmd *cmd, struct args *a) {
                 json_object_set_new(body, "timeout", json_integer((json_int_t)timeout));
         if (key)
                 set_str(body, "idempotency_key", key);
+        bool tty = has_flag(cmd, a, "tty"), no_stdin = has_flag(cmd, a, "no-stdin");
+        if (!c->json) { /* streamed: output as it comes, stdin, -t, signals */
+                int r = exec_stream(c, a->pos[0], body, tty, !no_stdin);
+                json_decref(body);
+                return r;
+        }
+        if (tty) {
+                json_decref(body);
+                return usage_error(cmd, "-t streams to a terminal; --json answers once, at the end");
+        }
         json_t *j = NULL;
         /* No client deadline without --timeout: the server bounds the run. */
         unsigned cms = tmo ? (unsigned)NTFS_MIN((timeout + 60) * 1000, (uint64_t)UINT_MAX) : 0;

@@ -87,3 +87,187 @@ def test_a_secret_in_binary_output_is_redacted_in_the_journal(scratch):
         assert secret not in json.dumps(row)
     finally:
         stop_and_check(d, scratch)
+
+
+# ---- the streaming exec ------------------------------------------------------
+
+import fcntl  # noqa: E402
+import pty  # noqa: E402
+import select  # noqa: E402
+import signal  # noqa: E402
+import struct  # noqa: E402
+import termios  # noqa: E402
+import time  # noqa: E402
+
+
+def ctl_popen(daemon, *args, **kw):
+    kw.setdefault("stdin", subprocess.DEVNULL)
+    kw.setdefault("stdout", subprocess.PIPE)
+    kw.setdefault("stderr", subprocess.PIPE)
+    return subprocess.Popen([daemon.ctl_bin, "--socket", daemon.sock, *args], **kw)
+
+
+def jail_procs(marker):
+    """pids of the processes whose argv is exactly marker's words (the jail's are visible from the host)."""
+    want = marker.encode().split()
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")[:-1]
+            except OSError:
+                continue
+            if argv == want:
+                pids.append(int(d))
+    return pids
+
+
+def wait_for(cond, timeout=10, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def last_effect(daemon, session):
+    return json.loads(daemon.ok("--json", "effects", session))["effects"][-1]
+
+
+def test_output_arrives_as_it_is_written(daemon):
+    daemon.ok("session", "new", "s")
+    # each line carries the jail's clock when it was written (CLOCK_REALTIME, shared with the host)
+    p = ctl_popen(daemon, "exec", "s", "--", "for i in 1 2 3; do echo $i $(date +%s.%N); sleep 0.5; done; "
+                  "echo done >&2; exit 5")
+    delays = []
+    for line in p.stdout:
+        got = time.time()
+        i, written = line.split()
+        delays.append(got - float(written))
+    assert p.wait(timeout=30) == 5
+    assert p.stderr.read() == b"done\n"
+    assert len(delays) == 3
+    assert max(delays) < 0.2, delays
+
+
+def test_stdin_passes_through(daemon):
+    daemon.ok("session", "new", "s")
+    r = subprocess.run([daemon.ctl_bin, "--socket", daemon.sock, "exec", "s", "--", "cat"], input=b"hi\n\0x\xff",
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0, r
+    assert r.stdout == b"hi\n\0x\xff"
+    big = os.urandom(3 << 20)  # more than any pipe holds: stdin and stdout flow together
+    r = subprocess.run([daemon.ctl_bin, "--socket", daemon.sock, "exec", "s", "--", "cat"], input=big,
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == big
+    # -n: no stdin at all
+    r = subprocess.run([daemon.ctl_bin, "--socket", daemon.sock, "exec", "s", "-n", "--", "cat; echo end"],
+                       input=b"unread\n", capture_output=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == b"end\n"
+    assert last_effect(daemon, "s")["status"] == "done"
+
+
+def test_tty_gives_a_terminal_and_its_size(daemon):
+    daemon.ok("session", "new", "s")
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
+    before = termios.tcgetattr(slave)
+    p = subprocess.Popen([daemon.ctl_bin, "--socket", daemon.sock, "exec", "s", "-t", "--",
+                          "test -t 0 && test -t 1 && echo TTY-YES; stty size; "
+                          "python3 -c 'import os; print(os.get_terminal_size())' 2>/dev/null || true; exit 4"],
+                         stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    out = b""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([master], [], [], 0.1)
+        if r:
+            try:
+                out += os.read(master, 65536)
+            except OSError:
+                break
+        if p.poll() is not None and not r:
+            break
+    assert p.wait(timeout=30) == 4, out
+    after = termios.tcgetattr(slave)
+    os.close(master)
+    os.close(slave)
+    assert b"TTY-YES" in out, out
+    assert b"33 101" in out, out
+    assert after == before, "the client left the terminal in raw mode"
+    row = last_effect(daemon, "s")
+    assert row["status"] == "done" and "TTY-YES" in row["result"]["stdout"], row
+
+
+def check_cancelled(daemon, session, marker, row=None):
+    assert jail_procs(marker) == [], "a process of the cancelled command survived"
+    row = row or last_effect(daemon, session)
+    assert row["status"] == "failed" and row["reason"] == "cancelled", row
+    assert row["result"]["cancelled"] is True
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_cancels_every_process_of_the_command(daemon, sig):
+    daemon.ok("session", "new", "s")
+    marker = "sleep 31.25"
+    p = ctl_popen(daemon, "exec", "s", "--", f"{marker} & {marker}; wait")
+    wait_for(lambda: len(jail_procs(marker)) == 2, what="the command to start")
+    t0 = time.monotonic()
+    p.send_signal(sig)
+    rc = p.wait(timeout=10)
+    took = time.monotonic() - t0
+    assert rc == 128 + sig, (rc, p.stderr.read())
+    assert took < 1.0, took
+    assert b"cancelled" in p.stderr.read()
+    check_cancelled(daemon, "s", marker)
+
+
+def test_a_client_that_goes_away_cancels_the_command(daemon):
+    daemon.ok("session", "new", "s")
+    marker = "sleep 31.5"
+    p = ctl_popen(daemon, "exec", "s", "--", marker)
+    wait_for(lambda: jail_procs(marker), what="the command to start")
+    p.kill()
+    p.wait()
+    wait_for(lambda: not jail_procs(marker), timeout=2, what="the command to end")
+    wait_for(lambda: last_effect(daemon, "s")["status"] != "pending", timeout=5, what="the journal row")
+    check_cancelled(daemon, "s", marker)
+
+
+def test_no_checkpoint_records_a_cancelled_commands_later_effects(daemon, scratch):
+    daemon.ok("session", "new", "s")
+    head = json.loads(daemon.ok("--json", "session", "show", "s"))["head"]
+    p = ctl_popen(daemon, "exec", "s", "--", "echo early > e; sleep 2; echo late > f")
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=10) == 130
+    time.sleep(2.5)  # past when the command would have written f
+    daemon.ok("checkpoint", "s", "-m", "after the cancel")
+    diff = daemon.ok("diff", "s", head)
+    assert "e" in diff.split() and "f" not in diff.split(), diff
+    r = daemon.ctl("exec", "s", "-n", "--", "test -e f")
+    assert r.returncode == 1, r
+    log = daemon.ok("--json", "log", "s")
+    for c in json.loads(log)["commits"]:
+        ls = daemon.ctl("diff", "s", head, c["commit"])
+        assert "\tf" not in ls.stdout, (c, ls.stdout)
+    rows = json.loads(daemon.ok("--json", "effects", "s"))["effects"]
+    check_cancelled(daemon, "s", "sleep 2", next(e for e in rows if "late" in e["input"]["command"]))
+
+
+def test_the_stream_route_refuses_what_it_cannot_do(daemon):
+    daemon.ok("session", "new", "s")
+    # without the upgrade: 426, and the plain JSON route is untouched
+    h = daemon.http("POST", "/v1/sessions/s/exec/stream", {"command": "true"})
+    assert h.status == 426 and h.code == "upgrade_required", h
+    h = daemon.http("POST", "/v1/sessions/nosuch/exec/stream", {"command": "true"},
+                    headers={"Connection": "Upgrade", "Upgrade": "ntfs-exec/1"})
+    assert h.status == 404 and h.code == "session_not_found", h
+    h = daemon.http("POST", "/v1/sessions/s/exec/stream", {"command": "true", "tty": {"rows": 0, "cols": 5}},
+                    headers={"Connection": "Upgrade", "Upgrade": "ntfs-exec/1"})
+    assert h.status == 400, h
+    # an upgrade asked of a route that makes none: answered, then the connection ends
+    h = daemon.http("GET", "/health", headers={"Connection": "Upgrade", "Upgrade": "websocket"})
+    assert h.status == 200
+    assert daemon.http("POST", "/v1/sessions/s/exec", {"command": "echo ok"}).json["stdout"] == "ok\n"
