@@ -373,10 +373,11 @@ static int run_tool(const char *session, const char *tool, const char *command, 
         json_t *input = json_pack("{s:s}", "command", command);
         _cleanup_free_ char *input_s = json_dumps(input, JSON_COMPACT | JSON_SORT_KEYS);
         json_decref(input);
-        struct ntfs_effect *list = NULL;
-        size_t nprev = 0;
-        if (ntfs_journal_effect_list(D.j, session, 0, 0, 0, &list, &nprev) == 0)
-                ntfs_effects_free(list, nprev);
+        uint64_t nprev = 0;
+        if ((r = ntfs_journal_effect_count(D.j, session, 0, &nprev)) < 0) {
+                snprintf(why, whylen, "journal: %s", ntfs_strerror(r));
+                return r;
+        }
         struct ntfs_effect_intent in = { .session = session, .step = nprev + 1, .tool = tool,
                                          .effect_class = ntfs_effect_class_name(spec->cls), .input_json = input_s,
                                          .idempotency_key = key, .commit_before = before,
