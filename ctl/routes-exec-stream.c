@@ -149,6 +149,9 @@ static void client_frames(struct xs *x) {
                 switch (type) {
                 case 'I':
                         if (n == 0) {
+                                /* a terminal reads its end as its EOF character */
+                                if (x->tty && !x->stdin_eof && pend_add(x, "\x04", 1) < 0)
+                                        protocol_error(x, "out of memory");
                                 x->stdin_eof = true;
                         } else if (!x->stdin_eof && stdin_target(x) >= 0 && pend_add(x, p, n) < 0)
                                 protocol_error(x, "out of memory");

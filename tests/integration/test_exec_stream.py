@@ -271,3 +271,22 @@ def test_the_stream_route_refuses_what_it_cannot_do(daemon):
     h = daemon.http("GET", "/health", headers={"Connection": "Upgrade", "Upgrade": "websocket"})
     assert h.status == 200
     assert daemon.http("POST", "/v1/sessions/s/exec", {"command": "echo ok"}).json["stdout"] == "ok\n"
+
+
+def test_tty_with_piped_stdin_ends_at_its_end(daemon):
+    daemon.ok("session", "new", "s")
+    r = subprocess.run([daemon.ctl_bin, "--socket", daemon.sock, "exec", "s", "-t", "--", "cat; echo END"],
+                       input=b"hi\n", capture_output=True, timeout=60)
+    assert r.returncode == 0, r
+    assert r.stdout.replace(b"\r\n", b"\n").endswith(b"hi\nEND\n"), r.stdout
+
+
+def test_a_replayed_call_streams_its_recorded_output(daemon):
+    daemon.ok("session", "new", "s")
+    cmd = f"echo $RANDOM$RANDOM; printf '{octal(BINARY_ERR)}' >&2; exit 6"
+    argv = [daemon.ctl_bin, "--socket", daemon.sock, "exec", "s", "--idempotency-key", "k1", "--", cmd]
+    first = subprocess.run(argv, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    again = subprocess.run(argv, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert first.returncode == again.returncode == 6
+    assert first.stdout == again.stdout and first.stderr == again.stderr == BINARY_ERR
+    assert len(json.loads(daemon.ok("--json", "effects", "s"))["effects"]) == 1
