@@ -142,7 +142,8 @@ int ntfs_http_stream_write(ntfs_http_stream *out, const void *buf, size_t len);
 /* Protocol upgrade: for a request with req->upgrade, the server answers
  * `101 Switching Protocols` with `Upgrade: protocol`, then calls fn once on
  * the connection's thread with the socket, which fn then owns both ways
- * (not closing it) until it returns; pre/pre_len are bytes the client sent
+ * (not closing it; it may be non-blocking: poll before reading and
+ * writing) until it returns; pre/pre_len are bytes the client sent
  * after the request, already read. The connection ends when fn returns
  * (its result is only logged). A request without req->upgrade gets 426
  * upgrade_required instead (and fn never runs); so does a HEAD. ctx_free
