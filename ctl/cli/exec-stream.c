@@ -259,8 +259,9 @@ int exec_stream(struct ctx *c, const char *session, json_t *body, bool tty, bool
                 close(fd);
                 return oom(c);
         }
-        memcpy(x.buf, pre, NTFS_MIN(pre_len, x.cap));
         x.len = NTFS_MIN(pre_len, x.cap);
+        if (x.len)
+                memcpy(x.buf, pre, x.len);
         free(pre);
 
         struct sigaction sa = { .sa_handler = on_signal }, sw = { .sa_handler = on_winch }, old[4];
