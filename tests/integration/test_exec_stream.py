@@ -290,3 +290,32 @@ def test_a_replayed_call_streams_its_recorded_output(daemon):
     assert first.returncode == again.returncode == 6
     assert first.stdout == again.stdout and first.stderr == again.stderr == BINARY_ERR
     assert len(json.loads(daemon.ok("--json", "effects", "s"))["effects"]) == 1
+
+
+def test_a_window_change_reaches_the_command(daemon):
+    daemon.ok("session", "new", "s")
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 20, 70, 0, 0))
+    p = subprocess.Popen([daemon.ctl_bin, "--socket", daemon.sock, "exec", "s", "-t", "--",
+                          "stty size; read x; stty size"],
+                         stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    out = b""
+
+    def read_until(want):
+        nonlocal out
+        deadline = time.monotonic() + 20
+        while want not in out and time.monotonic() < deadline:
+            r, _, _ = select.select([master], [], [], 0.1)
+            if r:
+                out += os.read(master, 65536)
+        assert want in out, out
+
+    read_until(b"20 70")
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    p.send_signal(signal.SIGWINCH)  # what the kernel sends a terminal's foreground
+    time.sleep(0.3)
+    os.write(master, b"go\r")
+    read_until(b"40 120")
+    assert p.wait(timeout=20) == 0
+    os.close(master)
+    os.close(slave)
