@@ -539,8 +539,9 @@ int d_run_tool_io(const char *session, const char *tool, const char *command, co
  * An exec request may carry a `cancel_token` (the client's own random
  * string); while it runs, POST /v1/sessions/NAME/exec/cancel {cancel_token}
  * sets its flag and the jail is ended (exec/jail.h: spec.cancel). A client
- * disconnect alone does not stop a command: the connection thread is inside
- * the jail call and does not watch its socket. */
+ * disconnect alone does not stop a command of this route: the connection
+ * thread is inside the jail call and does not watch its socket (the
+ * streaming route, ctl/routes-exec-stream.c, does). */
 #define CANCEL_TOKEN_MAX 128
 
 struct exec_cancel {
