@@ -177,12 +177,15 @@ json_t *d_op_progress(struct d_optable *t, const char *id, bool *ret_found);
 void d_policy_charge(const char *session, uint64_t exec_ms, uint64_t output_bytes);
 int d_run_tool(const char *session, const char *tool, const char *command, const char *key, double timeout_s,
                json_t **ret, char *why, size_t whylen);
-/* A streaming call's I/O (ctl/routes-exec-stream.c): the jail's fds, and
- * ended, called once the jail has run (whatever ntfs_jail_run returned)
+/* A call's I/O: the client connection to watch (exec), or a streaming
+ * call's jail fds (ctl/routes-exec-stream.c); ended (may be NULL), called
+ * once the jail has run (whatever ntfs_jail_run returned)
  * and before the result is built and journaled: it may complete jr (a
  * terminal's output, which the helper never sees). */
 struct d_exec_io {
-        const struct ntfs_jail_io *jail;
+        const struct ntfs_jail_io *jail;  /* NULL: no streaming */
+        bool watch_hangup;                /* end the run when hangup_fd hangs up */
+        int hangup_fd;                    /* (exec/jail.h, spec.hangup_fd) */
         void (*ended)(void *ud, struct ntfs_jail_result *jr);
         void *ud;
 };

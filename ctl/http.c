@@ -799,6 +799,7 @@ static int conn_dispatch(ntfs_http_conn *c) {
                 .conn_data = &c->conn_data,
                 .http_minor = p->http_minor,
                 .upgrade = p->upgrade != 0,
+                .fd = c->fd,
                 .priv = c,
         };
         ntfs_http_handler handler = c->handler;

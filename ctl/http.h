@@ -112,6 +112,8 @@ struct ntfs_http_request {
         size_t n_params;
         int http_minor;       /* 0 or 1 */
         bool upgrade;         /* 'Connection: Upgrade' with an 'Upgrade' header */
+        int fd;               /* the connection's socket, -1 without one (sans-IO): only
+                               * to poll(2) for the client hanging up; never read or write it */
         const void *priv;
 };
 

@@ -429,7 +429,8 @@ static int stream_main(void *ctx, int fd, const void *pre, size_t pre_len) {
                         x->relay_running = true;
         }
         if (r >= 0) {
-                struct d_exec_io io = { .jail = &x->io, .ended = on_ended, .ud = x };
+                /* the relay watches the socket (and reads it: no hang-up poll here) */
+                struct d_exec_io io = { .jail = &x->io, .hangup_fd = -1, .ended = on_ended, .ud = x };
                 r = d_run_tool_io(c->session, c->tool, c->command, c->key, c->timeout, &x->cancel, &io, &res, why,
                                   sizeof why);
         }

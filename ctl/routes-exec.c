@@ -431,6 +431,8 @@ static int run_tool(const char *session, const char *tool, const char *command, 
         }
         js.cancel = cancel;
         js.io = io ? io->jail : NULL;
+        js.watch_hangup = io && io->watch_hangup;
+        js.hangup_fd = io ? io->hangup_fd : -1;
         struct ntfs_jail_result jr = { 0 };
         r = ntfs_jail_run(&js, &jr);
         if (io && io->ended)
@@ -438,7 +440,7 @@ static int run_tool(const char *session, const char *tool, const char *command, 
         if (egress)
                 d_egress_run_end(egress);
         if (r < 0) {
-                if (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) /* ended while it was starting */
+                if (jr.cancelled || (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE))) /* ended while starting */
                         snprintf(why, whylen, "cancelled");
                 else
                         snprintf(why, whylen, "jail failed: %s", jr.reason ? jr.reason : ntfs_strerror(r));
@@ -500,7 +502,7 @@ static int run_tool(const char *session, const char *tool, const char *command, 
         (void)NTFS_FAULT("exec.after_checkpoint");
         json_object_set_new(res, "replayed", json_false());
         json_object_set_new(res, "effect_id", json_integer(eff.id));
-        bool cancelled = cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE);
+        bool cancelled = jr.cancelled || (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE));
         if (cancelled)
                 json_object_set_new(res, "cancelled", json_true());
         bool ok = !jr.timed_out && jr.term_signal == 0 && !cancelled;
@@ -539,9 +541,8 @@ int d_run_tool_io(const char *session, const char *tool, const char *command, co
  * An exec request may carry a `cancel_token` (the client's own random
  * string); while it runs, POST /v1/sessions/NAME/exec/cancel {cancel_token}
  * sets its flag and the jail is ended (exec/jail.h: spec.cancel). A client
- * disconnect alone does not stop a command of this route: the connection
- * thread is inside the jail call and does not watch its socket (the
- * streaming route, ctl/routes-exec-stream.c, does). */
+ * that closes its connection stops its command too: the jail call polls
+ * the connection's socket for the hang-up (exec/jail.h, spec.hangup_fd). */
 #define CANCEL_TOKEN_MAX 128
 
 struct exec_cancel {
@@ -615,8 +616,11 @@ static int h_exec(void *ud, const ntfs_http_request *req, ntfs_http_response *re
         }
         char why[512] = "";
         json_t *res;
+        /* The client hanging up ends the command (a keep-alive client that
+         * sends its next request meanwhile does not). */
+        const struct d_exec_io io = { .watch_hangup = req->fd >= 0, .hangup_fd = req->fd };
         r = run_tool(name, tool ? tool : "bash_write", cmd, key, t ? json_number_value(t) : 0, token ? &ce.flag : NULL,
-                     NULL, &res, why, sizeof why);
+                     &io, &res, why, sizeof why);
         if (token)
                 cancel_unregister(&ce);
         if (r < 0)

@@ -340,7 +340,7 @@ int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *re
          * blob rides along. */
         struct capture out = { .fd = out_r, .max = 2 * 8 * limit + 2 * JAIL_STATE_MAX + 65536 };
         struct capture diag = { .fd = err_r, .max = DIAG_MAX };
-        bool out_open = true, err_open = true, killed = false, cancel_sent = false;
+        bool out_open = true, err_open = true, killed = false, cancel_sent = false, hung_up = false;
         int64_t deadline = ntfs_mono_ns() + (int64_t)timeout_ms * 1000000 + HELPER_GRACE_NS;
         while (out_open || err_open) {
                 int64_t left = deadline - ntfs_mono_ns();
@@ -352,12 +352,15 @@ int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *re
                         deadline = ntfs_mono_ns() + 5LL * 1000000000;
                         continue;
                 }
-                if (spec->cancel && !cancel_sent && __atomic_load_n(spec->cancel, __ATOMIC_ACQUIRE)) {
+                if (!cancel_sent && (hung_up || (spec->cancel && __atomic_load_n(spec->cancel, __ATOMIC_ACQUIRE)))) {
                         kill(pid, SIGTERM); /* the helper ends the jail and still answers */
                         cancel_sent = true;
                 }
-                struct pollfd pf[2] = { { out_open ? out.fd : -1, POLLIN, 0 }, { err_open ? diag.fd : -1, POLLIN, 0 } };
-                int n = poll(pf, 2, (int)NTFS_MIN(left / 1000000 + 1,
+                /* events 0: POLLHUP and POLLERR are reported anyway */
+                struct pollfd pf[3] = { { out_open ? out.fd : -1, POLLIN, 0 },
+                                        { err_open ? diag.fd : -1, POLLIN, 0 },
+                                        { spec->watch_hangup && !hung_up ? spec->hangup_fd : -1, 0, 0 } };
+                int n = poll(pf, 3, (int)NTFS_MIN(left / 1000000 + 1,
                                                   (int64_t)(spec->cancel && !cancel_sent ? 100 : 60000)));
                 if (n < 0) {
                         if (errno == EINTR)
@@ -369,10 +372,13 @@ int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *re
                         out_open = false;
                 if (pf[1].revents && !capture_read(&diag))
                         err_open = false;
+                if (pf[2].revents & (POLLHUP | POLLERR | POLLNVAL))
+                        hung_up = true;
         }
         int status = 0;
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
                 ;
+        ret->cancelled = cancel_sent;
 
         if (r >= 0) {
                 if (killed) {
@@ -394,6 +400,7 @@ int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *re
                 char *reason = TAKE_PTR(ret->reason);
                 ntfs_jail_result_release(ret);
                 ret->reason = reason;
+                ret->cancelled = cancel_sent;
                 log_debug("jail: run failed: %d %s", r, reason ? reason : "");
         }
         return r;

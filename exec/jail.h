@@ -82,6 +82,12 @@ struct ntfs_jail_spec {
          * on its timeout; the result comes back as usual. NULL: not
          * cancellable. */
         const int *cancel;
+        /* With watch_hangup, hangup_fd reporting POLLHUP or POLLERR (the
+         * caller's client connection closing: on a Unix stream socket, a
+         * close, not a shutdown of one direction) ends the jail as *cancel
+         * does. The fd is only polled. */
+        bool watch_hangup;
+        int hangup_fd;
         /* Streaming: NULL, or the fds above (borrowed for the call). */
         const struct ntfs_jail_io *io;
 };
@@ -101,6 +107,7 @@ struct ntfs_jail_result {
         char *state_out;     /* new shell state blob, or NULL if the shell did not save it */
         char *reason;        /* why the jail failed (ntfs_jail_run returned < 0), or NULL */
         bool limit_memory, limit_pids, limit_cpu; /* cgroup limits in force for this run */
+        bool cancelled;      /* ended by *cancel or a hang-up on hangup_fd */
 };
 
 struct ntfs_jail_caps {

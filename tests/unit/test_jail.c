@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -281,6 +282,70 @@ TEST(run_timeout) {
         ntfs_jail_result_release(&r);
 }
 
+/* The peer of a socketpair, closed (or only shut for writing) after a delay. */
+struct hangup_peer {
+        int fd;
+        bool only_shut_wr;
+};
+
+static void *hang_up_later(void *arg) {
+        struct hangup_peer *p = arg;
+        usleep(300 * 1000);
+        if (p->only_shut_wr)
+                (void)shutdown(p->fd, SHUT_WR);
+        else
+                close(p->fd);
+        return NULL;
+}
+
+TEST(run_hangup) {
+        /* the client closing its connection ends the run, every process of it */
+        int sv[2];
+        ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        struct hangup_peer peer = { .fd = sv[1] };
+        pthread_t t;
+        ASSERT_EQ(pthread_create(&t, NULL, hang_up_later, &peer), 0);
+        struct ntfs_jail_spec s;
+        struct ntfs_jail_result r;
+        spec_init(&s, "setsid sleep 100 & sleep 100");
+        s.watch_hangup = true;
+        s.hangup_fd = sv[0];
+        int64_t t0 = ntfs_mono_ns();
+        int rr = ntfs_jail_run(&s, &r);
+        int64_t took = ntfs_mono_ns() - t0;
+        pthread_join(t, NULL);
+        ASSERT(rr >= 0 || r.cancelled);
+        ASSERT(r.cancelled);
+        ASSERT(!r.timed_out);
+        ASSERT(took < 5LL * 1000000000);
+        ntfs_jail_result_release(&r);
+        close(sv[0]);
+
+        /* a peer that only stops sending is still there: the run goes on */
+        ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        peer = (struct hangup_peer){ .fd = sv[1], .only_shut_wr = true };
+        ASSERT_EQ(pthread_create(&t, NULL, hang_up_later, &peer), 0);
+        spec_init(&s, "sleep 0.8; echo fine");
+        s.watch_hangup = true;
+        s.hangup_fd = sv[0];
+        ASSERT_OK(ntfs_jail_run(&s, &r));
+        pthread_join(t, NULL);
+        ASSERT(!r.cancelled);
+        ASSERT_EQ(r.exit_code, 0);
+        ASSERT_STREQ(r.out, "fine\n");
+        ntfs_jail_result_release(&r);
+        close(sv[0]);
+        close(sv[1]);
+
+        /* the cancel flag reports the same way */
+        static int flag = 1;
+        spec_init(&s, "sleep 100");
+        s.cancel = &flag;
+        ASSERT(ntfs_jail_run(&s, &r) >= 0 || r.cancelled);
+        ASSERT(r.cancelled);
+        ntfs_jail_result_release(&r);
+}
+
 TEST(run_truncate) {
         struct ntfs_jail_spec s;
         struct ntfs_jail_result r;
@@ -385,6 +450,7 @@ int main(void) {
         RUN(run_on_a_terminal);
         RUN(run_signal_and_env);
         RUN(run_timeout);
+        RUN(run_hangup);
         RUN(run_truncate);
         RUN(run_state_carries);
         RUN(run_readonly);
