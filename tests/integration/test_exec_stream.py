@@ -5,6 +5,7 @@ exec (docs/protocol.md, "Streaming exec"): output as it is written, stdin,
 -t on a pseudo-terminal, cancellation by a signal or by the client going
 away."""
 import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -89,12 +90,62 @@ def test_a_secret_in_binary_output_is_redacted_in_the_journal(scratch):
         stop_and_check(d, scratch)
 
 
+def test_output_past_the_limit_keeps_its_exact_first_bytes(daemon):
+    """Random bytes over the output limit, and clean text cut inside a
+    character by the limit: the first output_limit bytes come back exact,
+    marked truncated, and the row is done with the exit code."""
+    daemon.ok("session", "new", "big")
+    limit = 1 << 20  # bash_write's default output_limit (docs/policy.md)
+    res = json.loads(daemon.ctl("--json", "exec", "big", "--",
+                                "head -c 1500000 /dev/urandom > r.bin; cat r.bin; cat r.bin >&2; exit 3").stdout)
+    assert res["exit_code"] == 3 and res["stdout_truncated"] and res["stderr_truncated"]
+    out, err = output_bytes(res, "stdout"), output_bytes(res, "stderr")
+    assert len(out) == limit and out == err
+    want = daemon.jok("exec", "big", "--", f"head -c {limit} r.bin | sha256sum")["stdout"].split()[0]
+    assert hashlib.sha256(out).hexdigest() == want
+    row = effect_row(daemon, "big", res["effect_id"])
+    assert row["status"] == "done" and row["result"]["exit_code"] == 3, row
+    assert output_bytes(row["result"], "stdout") == out
+    # clean UTF-8 whose last character the limit cuts in two
+    res = daemon.jok("exec", "big", "--", f"head -c {limit - 1} /dev/zero | tr '\\0' a; printf '\\303\\251'")
+    assert res["stdout_truncated"]
+    assert output_bytes(res, "stdout") == b"a" * (limit - 1) + b"\xc3"
+    assert res["stdout"] == "a" * (limit - 1) + "\ufffd"
+    for e in json.loads(daemon.ok("--json", "effects", "big"))["effects"]:
+        assert e["status"] == "done", e
+
+
+def test_a_result_the_journal_refuses_is_answered_and_recorded_without_its_output(scratch, monkeypatch):
+    """The journal refusing a row's result (journal.finish fails once, as a
+    result past NTFS_JOURNAL_MAX_JSON does): the caller still gets every byte
+    and the exit code, and the row is done, marked output_not_recorded."""
+    from ctl_fixtures import Daemon, stop_and_check
+    monkeypatch.setenv("NTFS_FAULT", "journal.finish:1:error")
+    d = Daemon(scratch)
+    try:
+        d.ok("session", "new", "j")
+        cmd = f"printf '{octal(BINARY_OUT)}'; exit 9"
+        h = d.http("POST", "/v1/sessions/j/exec", {"command": cmd})
+        assert h.status == 200, h
+        assert h.json["exit_code"] == 9 and output_bytes(h.json, "stdout") == BINARY_OUT
+        row = effect_row(d, "j", h.json["effect_id"])
+        assert row["status"] == "done", row
+        assert row["result"]["exit_code"] == 9 and "output_not_recorded" in row["result"], row
+        assert "stdout" not in row["result"] and "stdout_b64" not in row["result"]
+        # the next call is recorded whole
+        res = json.loads(d.ctl("--json", "exec", "j", "--", cmd).stdout)
+        assert output_bytes(effect_row(d, "j", res["effect_id"])["result"], "stdout") == BINARY_OUT
+    finally:
+        stop_and_check(d, scratch)
+
+
 # ---- the streaming exec ------------------------------------------------------
 
 import fcntl  # noqa: E402
 import pty  # noqa: E402
 import select  # noqa: E402
 import signal  # noqa: E402
+import socket  # noqa: E402
 import struct  # noqa: E402
 import termios  # noqa: E402
 import time  # noqa: E402
@@ -311,6 +362,9 @@ def test_a_window_change_reaches_the_command(daemon):
         assert want in out, out
 
     read_until(b"20 70")
+    # the client put its terminal in raw mode: keys go to the command's terminal as typed
+    lflag = termios.tcgetattr(slave)[3]
+    assert not lflag & (termios.ICANON | termios.ECHO | termios.ISIG), lflag
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     p.send_signal(signal.SIGWINCH)  # what the kernel sends a terminal's foreground
     time.sleep(0.3)
@@ -319,3 +373,62 @@ def test_a_window_change_reaches_the_command(daemon):
     assert p.wait(timeout=20) == 0
     os.close(master)
     os.close(slave)
+
+
+def test_the_json_exec_stops_when_its_client_hangs_up(daemon):
+    from ctl_fixtures import build_request, connect, read_response
+    daemon.ok("session", "new", "s")
+    marker = "sleep 31.75"
+    s = connect(daemon.sock)
+    s.sendall(build_request("POST", "/v1/sessions/s/exec", {"command": marker}))
+    wait_for(lambda: jail_procs(marker), what="the command to start")
+    s.close()
+    t0 = time.monotonic()
+    wait_for(lambda: not jail_procs(marker), timeout=5, what="the command to end")
+    assert time.monotonic() - t0 < 1.0
+    wait_for(lambda: last_effect(daemon, "s")["status"] != "pending", timeout=5, what="the journal row")
+    check_cancelled(daemon, "s", marker)
+    # a client that only shuts down its sending side still gets its answer
+    s = connect(daemon.sock)
+    s.sendall(build_request("POST", "/v1/sessions/s/exec", {"command": "sleep 0.3; echo fine"}))
+    s.shutdown(socket.SHUT_WR)
+    r = read_response(s)
+    s.close()
+    assert r.status == 200 and r.json["stdout"] == "fine\n" and "cancelled" not in r.json
+
+
+def test_a_typed_ctrl_c_with_tty_interrupts_the_command_on_its_terminal(daemon):
+    """With -t the client's terminal is raw: Ctrl-C is a byte typed to the
+    command's terminal, whose line discipline interrupts the command (as
+    ssh -t does); the call then ends with the command's own exit."""
+    daemon.ok("session", "new", "s")
+    marker = "sleep 32.25"
+    master, slave = pty.openpty()
+    p = subprocess.Popen([daemon.ctl_bin, "--socket", daemon.sock, "exec", "s", "-t", "--",
+                          f"trap 'echo GOT-INT; exit 3' INT; echo READY; {marker} & wait"],
+                         stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    out = b""
+    deadline = time.monotonic() + 20
+    while b"READY" not in out and time.monotonic() < deadline:
+        r, _, _ = select.select([master], [], [], 0.1)
+        if r:
+            out += os.read(master, 65536)
+    assert b"READY" in out, out
+    wait_for(lambda: jail_procs(marker), what="the command to start")
+    os.write(master, b"\x03")
+    rc = p.wait(timeout=10)
+    while True:
+        r, _, _ = select.select([master], [], [], 0.2)
+        if not r:
+            break
+        try:
+            out += os.read(master, 65536)
+        except OSError:
+            break
+    os.close(master)
+    os.close(slave)
+    assert rc == 3, (rc, out)
+    assert b"GOT-INT" in out, out
+    row = last_effect(daemon, "s")
+    assert row["status"] == "done" and row["result"]["exit_code"] == 3, row
+    wait_for(lambda: not jail_procs(marker), timeout=5, what="the jail to end")
