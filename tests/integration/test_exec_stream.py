@@ -432,3 +432,24 @@ def test_a_typed_ctrl_c_with_tty_interrupts_the_command_on_its_terminal(daemon):
     row = last_effect(daemon, "s")
     assert row["status"] == "done" and row["result"]["exit_code"] == 3, row
     wait_for(lambda: not jail_procs(marker), timeout=5, what="the jail to end")
+
+
+def test_ntfsd_stopping_cancels_a_running_exec_instead_of_waiting(scratch):
+    from ctl_fixtures import Daemon, build_request, connect, stop_and_check
+    d = Daemon(scratch)
+    try:
+        d.ok("session", "new", "s")
+        marker = "sleep 33.5"
+        s = connect(d.sock)
+        s.sendall(build_request("POST", "/v1/sessions/s/exec", {"command": marker}))
+        wait_for(lambda: jail_procs(marker), what="the command to start")
+        t0 = time.monotonic()
+        assert d.stop() == 0
+        assert time.monotonic() - t0 < 10
+        s.close()
+        assert jail_procs(marker) == []
+        d = Daemon(scratch)
+        row = last_effect(d, "s")
+        assert row["status"] == "failed" and row["reason"] == "cancelled", row
+    finally:
+        stop_and_check(d, scratch)
