@@ -72,36 +72,146 @@ int ntfs_unhex(const char *in, uint8_t *out, size_t len) {
 
 /* Whether s[0..n) is well-formed UTF-8 (RFC 3629: no overlong forms, no
  * surrogates, nothing above U+10FFFF). */
+size_t ntfs_utf8_seq_len(const void *p, size_t n) {
+        const unsigned char *s = p;
+        if (n == 0)
+                return 0;
+        unsigned char c = s[0];
+        size_t need;
+        uint32_t cp;
+        if (c < 0x80)
+                return 1;
+        if (c >= 0xc2 && c <= 0xdf)
+                need = 2, cp = c & 0x1f;
+        else if (c >= 0xe0 && c <= 0xef)
+                need = 3, cp = c & 0x0f;
+        else if (c >= 0xf0 && c <= 0xf4)
+                need = 4, cp = c & 0x07;
+        else
+                return 0;
+        if (n < need)
+                return 0;
+        for (size_t i = 1; i < need; i++) {
+                if ((s[i] & 0xc0) != 0x80)
+                        return 0;
+                cp = cp << 6 | (s[i] & 0x3f);
+        }
+        if ((need == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+            (need == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+                return 0;
+        return need;
+}
+
 static bool utf8_valid(const unsigned char *s, size_t n) {
         for (size_t i = 0; i < n;) {
-                unsigned char c = s[i];
-                size_t len;
-                uint32_t cp;
-                if (c < 0x80) {
-                        i++;
-                        continue;
-                } else if (c >= 0xc2 && c <= 0xdf) {
-                        len = 2, cp = c & 0x1f;
-                } else if (c >= 0xe0 && c <= 0xef) {
-                        len = 3, cp = c & 0x0f;
-                } else if (c >= 0xf0 && c <= 0xf4) {
-                        len = 4, cp = c & 0x07;
-                } else {
+                size_t l = ntfs_utf8_seq_len(s + i, n - i);
+                if (l == 0)
                         return false;
-                }
-                if (n - i < len)
-                        return false;
-                for (size_t k = 1; k < len; k++) {
-                        if ((s[i + k] & 0xc0) != 0x80)
-                                return false;
-                        cp = cp << 6 | (s[i + k] & 0x3f);
-                }
-                if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-                    (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-                        return false;
-                i += len;
+                i += l;
         }
         return true;
+}
+
+bool ntfs_text_clean(const void *p, size_t n) {
+        const unsigned char *s = p;
+        return memchr(s, 0, n) == NULL && utf8_valid(s, n);
+}
+
+int ntfs_text_lossy(const void *p, size_t n, char **ret, size_t *ret_len) {
+        const unsigned char *s = p;
+        /* every byte becomes at most 3 (U+FFFD) */
+        if (n > (SIZE_MAX - 1) / 3)
+                return -ENOMEM;
+        char *out = malloc(3 * n + 1), *o = out;
+        if (!out)
+                return -ENOMEM;
+        for (size_t i = 0; i < n;) {
+                size_t l = s[i] ? ntfs_utf8_seq_len(s + i, n - i) : 0;
+                if (l == 0) {
+                        memcpy(o, "\xef\xbf\xbd", 3);
+                        o += 3;
+                        i++;
+                } else {
+                        memcpy(o, s + i, l);
+                        o += l;
+                        i += l;
+                }
+        }
+        *o = 0;
+        *ret = out;
+        if (ret_len)
+                *ret_len = (size_t)(o - out);
+        return 0;
+}
+
+static const char b64_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+int ntfs_base64_encode(const void *p, size_t n, char **ret, size_t *ret_len) {
+        const unsigned char *s = p;
+        if (n > (SIZE_MAX - 5) / 4 * 3)
+                return -ENOMEM;
+        size_t len = (n + 2) / 3 * 4;
+        char *out = malloc(len + 1), *o = out;
+        if (!out)
+                return -ENOMEM;
+        size_t i = 0;
+        for (; i + 3 <= n; i += 3) {
+                uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8 | s[i + 2];
+                *o++ = b64_alphabet[v >> 18];
+                *o++ = b64_alphabet[(v >> 12) & 63];
+                *o++ = b64_alphabet[(v >> 6) & 63];
+                *o++ = b64_alphabet[v & 63];
+        }
+        if (i < n) {
+                uint32_t v = (uint32_t)s[i] << 16 | (i + 1 < n ? (uint32_t)s[i + 1] << 8 : 0);
+                *o++ = b64_alphabet[v >> 18];
+                *o++ = b64_alphabet[(v >> 12) & 63];
+                *o++ = i + 1 < n ? b64_alphabet[(v >> 6) & 63] : '=';
+                *o++ = '=';
+        }
+        *o = 0;
+        *ret = out;
+        if (ret_len)
+                *ret_len = len;
+        return 0;
+}
+
+int ntfs_base64_decode(const char *in, size_t n, char **ret, size_t *ret_len) {
+        if (n % 4)
+                return -EINVAL;
+        char *out = malloc(n / 4 * 3 + 1);
+        if (!out)
+                return -ENOMEM;
+        size_t o = 0;
+        for (size_t i = 0; i < n; i += 4) {
+                uint32_t v = 0;
+                int pad = 0;
+                for (size_t k = 0; k < 4; k++) {
+                        char c = in[i + k];
+                        const char *q = c ? memchr(b64_alphabet, c, 64) : NULL;
+                        /* '=' only as the last one or two characters of the text */
+                        if (c == '=' && i + 4 == n && (k == 3 || (k == 2 && in[i + 3] == '='))) {
+                                pad++;
+                                v <<= 6;
+                                continue;
+                        }
+                        if (!q || pad) {
+                                free(out);
+                                return -EINVAL;
+                        }
+                        v = v << 6 | (uint32_t)(q - b64_alphabet);
+                }
+                out[o++] = (char)(v >> 16);
+                if (pad < 2)
+                        out[o++] = (char)(v >> 8);
+                if (pad < 1)
+                        out[o++] = (char)v;
+        }
+        out[o] = 0;
+        *ret = out;
+        if (ret_len)
+                *ret_len = o;
+        return 0;
 }
 
 bool ntfs_name_valid(const char *s) {

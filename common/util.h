@@ -26,6 +26,25 @@ int ntfs_unhex(const char *in, uint8_t *out, size_t len);
  * "..", no control characters, no space at either end, no '-' first. */
 bool ntfs_name_valid(const char *s);
 
+/* Length (1..4) of the well-formed UTF-8 sequence at p (n bytes
+ * available), or 0 when it is not one (bad lead byte, cut short, overlong,
+ * a surrogate, above U+10FFFF). */
+size_t ntfs_utf8_seq_len(const void *p, size_t n);
+/* True when the n bytes are well-formed UTF-8 holding no NUL: text that a
+ * JSON string carries exactly and every C client reads whole. */
+bool ntfs_text_clean(const void *p, size_t n);
+/* The n bytes as clean text: every NUL and every byte of an ill-formed
+ * sequence becomes U+FFFD. *ret is NUL-terminated, owned by the caller.
+ * 0 or -ENOMEM. */
+int ntfs_text_lossy(const void *p, size_t n, char **ret, size_t *ret_len);
+/* Standard base64 (RFC 4648, '+' '/', padded). *ret is NUL-terminated and
+ * owned by the caller; ret_len may be NULL. encode: 0 or -ENOMEM. decode:
+ * -EINVAL for a length not a multiple of 4, a character outside the
+ * alphabet or misplaced padding; the decoded bytes may hold NULs (a NUL is
+ * added after them). */
+int ntfs_base64_encode(const void *p, size_t n, char **ret, size_t *ret_len);
+int ntfs_base64_decode(const char *in, size_t n, char **ret, size_t *ret_len);
+
 /* Nanoseconds since the epoch (CLOCK_REALTIME) and monotonic. */
 int64_t ntfs_now_ns(void);
 int64_t ntfs_mono_ns(void);

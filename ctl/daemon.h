@@ -177,6 +177,24 @@ json_t *d_op_progress(struct d_optable *t, const char *id, bool *ret_found);
 void d_policy_charge(const char *session, uint64_t exec_ms, uint64_t output_bytes);
 int d_run_tool(const char *session, const char *tool, const char *command, const char *key, double timeout_s,
                json_t **ret, char *why, size_t whylen);
+/* A call's I/O: the client connection to watch (exec), or a streaming
+ * call's jail fds (ctl/routes-exec-stream.c); ended (may be NULL), called
+ * once the jail has run (whatever ntfs_jail_run returned)
+ * and before the result is built and journaled: it may complete jr (a
+ * terminal's output, which the helper never sees). */
+struct d_exec_io {
+        const struct ntfs_jail_io *jail;  /* NULL: no streaming */
+        bool watch_hangup;                /* end the run when hangup_fd hangs up */
+        int hangup_fd;                    /* (exec/jail.h, spec.hangup_fd) */
+        void (*ended)(void *ud, struct ntfs_jail_result *jr);
+        void *ud;
+};
+/* d_run_tool with a cancel flag (exec/jail.h, spec.cancel; NULL: none)
+ * and a streaming call's I/O (NULL: none). */
+int d_run_tool_io(const char *session, const char *tool, const char *command, const char *key, double timeout_s,
+                  const int *cancel, const struct d_exec_io *io, json_t **ret, char *why, size_t whylen);
+/* POST /v1/sessions/{name}/exec/stream (ctl/routes-exec-stream.c). */
+int d_h_exec_stream(void *ud, const ntfs_http_request *req, ntfs_http_response *resp);
 void d_conn_free(void *ud, void *data);
 /* fetch_url through the gateway, journaled as irreversible (ctl/routes-fetch.c);
  * d_run_tool calls it for tools of kind FETCH, with the URL as `command`. */

@@ -32,7 +32,7 @@
 
 /* ---------------------------------------------------------------- response */
 
-enum resp_kind { RESP_NONE, RESP_JSON, RESP_RAW, RESP_STREAM };
+enum resp_kind { RESP_NONE, RESP_JSON, RESP_RAW, RESP_STREAM, RESP_UPGRADE };
 
 struct ntfs_http_response {
         int status;
@@ -42,6 +42,8 @@ struct ntfs_http_response {
         size_t raw_len;
         char content_type[128];
         ntfs_http_stream_fn stream_fn;
+        ntfs_http_upgrade_fn upgrade_fn;
+        char protocol[64]; /* RESP_UPGRADE */
         void *stream_ctx;
         void (*stream_ctx_free)(void *ctx);
         size_t n_extra;
@@ -63,6 +65,7 @@ static void resp_clear_body(ntfs_http_response *r) {
         if (r->stream_ctx_free)
                 r->stream_ctx_free(r->stream_ctx);
         r->stream_fn = NULL;
+        r->upgrade_fn = NULL;
         r->stream_ctx = NULL;
         r->stream_ctx_free = NULL;
         r->kind = RESP_NONE;
@@ -145,6 +148,24 @@ int ntfs_http_respond_stream(ntfs_http_response *resp, int status, const char *c
         return 0;
 }
 
+int ntfs_http_respond_upgrade(ntfs_http_response *resp, const char *protocol, ntfs_http_upgrade_fn fn, void *ctx,
+                              void (*ctx_free)(void *ctx)) {
+        if (!fn || !protocol || !*protocol || strlen(protocol) >= sizeof resp->protocol ||
+            strpbrk(protocol, "\r\n,; ")) {
+                if (ctx_free)
+                        ctx_free(ctx);
+                return -EINVAL;
+        }
+        resp_clear_body(resp);
+        resp->status = 101;
+        resp->kind = RESP_UPGRADE;
+        snprintf(resp->protocol, sizeof resp->protocol, "%s", protocol);
+        resp->upgrade_fn = fn;
+        resp->stream_ctx = ctx;
+        resp->stream_ctx_free = ctx_free;
+        return 0;
+}
+
 int ntfs_http_response_header(ntfs_http_response *resp, const char *name, const char *value) {
         if (!name || !value || !*name || strpbrk(name, "\r\n: ") || strpbrk(value, "\r\n"))
                 return -EINVAL;
@@ -210,6 +231,7 @@ const char *ntfs_http_reason(int status) {
         case 413: return "Payload Too Large";
         case 417: return "Expectation Failed";
         case 422: return "Unprocessable Entity";
+        case 426: return "Upgrade Required";
         case 429: return "Too Many Requests";
         case 431: return "Request Header Fields Too Large";
         case 500: return "Internal Server Error";
@@ -262,6 +284,12 @@ struct ntfs_http_conn {
         char err_msg[160];
 
         void *conn_data;
+
+        /* the socket (server connections; -1 in the sans-IO use) and the
+         * bytes read past the request being dispatched, for an upgrade */
+        int fd;
+        const char *rest;
+        size_t rest_len;
 };
 
 static void set_phase(ntfs_http_conn *c, enum ntfs_http_phase p) {
@@ -403,8 +431,8 @@ static int on_headers_complete(http_parser *p) {
                          p->http_minor);
                 return -1;
         }
-        if (p->method == HTTP_CONNECT || (p->flags & F_UPGRADE)) {
-                cb_error(c, 400, "bad_request", "protocol upgrades and CONNECT are not supported");
+        if (p->method == HTTP_CONNECT) {
+                cb_error(c, 400, "bad_request", "CONNECT is not supported");
                 return -1;
         }
         bool has_body = (p->flags & F_CHUNKED) || ((p->flags & F_CONTENTLENGTH) && p->content_length > 0);
@@ -513,6 +541,7 @@ int ntfs_http_conn_new(const struct ntfs_http_config *cfg, ntfs_http_handler han
                 c->peer = *peer;
         c->write = write;
         c->write_ctx = write_ctx;
+        c->fd = -1;
         c->hcap = c->cfg.max_header_bytes + 2 * NTFS_HTTP_MAX_HEADERS + 4;
         c->hbuf = malloc(c->hcap);
         if (!c->hbuf) {
@@ -537,6 +566,21 @@ void ntfs_http_conn_free(ntfs_http_conn *c) {
 
 enum ntfs_http_phase ntfs_http_conn_phase(const ntfs_http_conn *c) {
         return c->phase;
+}
+
+/* 101, then the handler's function owns the socket; the connection ends
+ * when it returns. */
+static int send_upgrade(ntfs_http_conn *c, ntfs_http_response *resp) {
+        char head[256];
+        int n = snprintf(head, sizeof head, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
+                                            "Upgrade: %s\r\n\r\n", resp->protocol);
+        c->closing = true;
+        int r = conn_write(c, head, (size_t)n);
+        if (r < 0)
+                return r;
+        r = resp->upgrade_fn(resp->stream_ctx, c->fd, c->rest, c->rest_len);
+        c->rest_len = 0;
+        return r;
 }
 
 /* Serializes and writes resp. keep_alive false adds Connection: close. */
@@ -754,6 +798,8 @@ static int conn_dispatch(ntfs_http_conn *c) {
                 .peer = c->peer,
                 .conn_data = &c->conn_data,
                 .http_minor = p->http_minor,
+                .upgrade = p->upgrade != 0,
+                .fd = c->fd,
                 .priv = c,
         };
         ntfs_http_handler handler = c->handler;
@@ -800,6 +846,20 @@ static int conn_dispatch(ntfs_http_conn *c) {
                 req.json = json;
         }
         r = handler(c->userdata, &req, &resp);
+        if (resp.kind == RESP_UPGRADE && (!req.upgrade || c->fd < 0 || p->method == HTTP_HEAD)) {
+                resp_clear_body(&resp);
+                if (!req.upgrade)
+                        ntfs_http_error_code(&resp, 426, "upgrade_required",
+                                             "this route needs 'Connection: Upgrade' and 'Upgrade: %s'",
+                                             resp.protocol);
+                else
+                        ntfs_http_error_code(&resp, 501, "internal", "no socket to upgrade");
+                (void)ntfs_http_response_header(&resp, "Upgrade", resp.protocol);
+        }
+        /* An upgrade asked for and not made: the connection's further bytes
+         * may be of the other protocol, so it ends with this answer. */
+        if (req.upgrade && resp.kind != RESP_UPGRADE)
+                keep_alive = false;
         if (resp.kind == RESP_NONE) {
                 if (r < 0)
                         ntfs_http_error(&resp, r, "%s", ntfs_strerror(r));
@@ -809,7 +869,10 @@ static int conn_dispatch(ntfs_http_conn *c) {
                 }
         }
 send:
-        r = send_response(c, &resp, keep_alive, p->method == HTTP_HEAD);
+        if (resp.kind == RESP_UPGRADE)
+                r = send_upgrade(c, &resp);
+        else
+                r = send_response(c, &resp, keep_alive, p->method == HTTP_HEAD);
         resp_release(&resp);
         json_decref(json);
         free(m);
@@ -830,6 +893,8 @@ int ntfs_http_conn_feed(ntfs_http_conn *c, const void *buf, size_t len) {
                         http_parser_pause(&c->parser, 0);
                         p += n;
                         len -= NTFS_MIN(n, len);
+                        c->rest = p;
+                        c->rest_len = len;
                         if (c->complete && conn_dispatch(c))
                                 return 1;
                         continue;
@@ -1030,6 +1095,7 @@ static void *conn_thread(void *arg) {
         ntfs_http_conn *c = NULL;
         int r = ntfs_http_conn_new(&s->cfg, s->handler, s->userdata, &rec->peer, sock_write, &sink, &c);
         if (r == 0) {
+                c->fd = rec->fd;
                 char buf[16384];
                 bool linger = false;
                 unsigned gen = c->phase_gen;

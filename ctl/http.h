@@ -27,7 +27,7 @@
  * with these stable codes: bad_request (400), not_found (404),
  * method_not_allowed (405), request_timeout (408), length_required (411),
  * payload_too_large (413), expectation_failed (417),
- * request_header_fields_too_large (431), internal (500),
+ * upgrade_required (426), request_header_fields_too_large (431), internal (500),
  * too_many_connections (503).
  *
  * The sans-IO part (ntfs_http_conn) drives one connection's bytes through the
@@ -111,6 +111,9 @@ struct ntfs_http_request {
         const struct ntfs_http_param *params; /* route captures */
         size_t n_params;
         int http_minor;       /* 0 or 1 */
+        bool upgrade;         /* 'Connection: Upgrade' with an 'Upgrade' header */
+        int fd;               /* the connection's socket, -1 without one (sans-IO): only
+                               * to poll(2) for the client hanging up; never read or write it */
         const void *priv;
 };
 
@@ -138,6 +141,19 @@ typedef int (*ntfs_http_stream_fn)(void *ctx, ntfs_http_stream *out);
 int ntfs_http_respond_stream(ntfs_http_response *resp, int status, const char *content_type,
                              ntfs_http_stream_fn fn, void *ctx, void (*ctx_free)(void *ctx));
 int ntfs_http_stream_write(ntfs_http_stream *out, const void *buf, size_t len);
+/* Protocol upgrade: for a request with req->upgrade, the server answers
+ * `101 Switching Protocols` with `Upgrade: protocol`, then calls fn once on
+ * the connection's thread with the socket, which fn then owns both ways
+ * (not closing it; it may be non-blocking: poll before reading and
+ * writing) until it returns; pre/pre_len are bytes the client sent
+ * after the request, already read. The connection ends when fn returns
+ * (its result is only logged). A request without req->upgrade gets 426
+ * upgrade_required instead (and fn never runs); so does a HEAD. ctx_free
+ * as for a stream. An upgrade asked for and answered otherwise ends the
+ * connection after the answer. */
+typedef int (*ntfs_http_upgrade_fn)(void *ctx, int fd, const void *pre, size_t pre_len);
+int ntfs_http_respond_upgrade(ntfs_http_response *resp, const char *protocol, ntfs_http_upgrade_fn fn, void *ctx,
+                              void (*ctx_free)(void *ctx));
 /* Adds a response header (copied; at most 16). -EINVAL on CR/LF in either. */
 int ntfs_http_response_header(ntfs_http_response *resp, const char *name, const char *value);
 /* Error response {"error":{"code": ntfs_errcode(err), "message": ...}} with

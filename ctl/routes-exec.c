@@ -122,10 +122,13 @@ int d_policy_admit(const char *session, const char *tool, uint64_t *ret_timeout_
 }
 
 void d_policy_charge(const char *session, uint64_t exec_ms, uint64_t output_bytes) {
-        if (exec_ms)
-                (void)ntfs_journal_quota_add(D.j, session, "exec_ms", (int64_t)exec_ms, -1, NULL);
-        if (output_bytes)
-                (void)ntfs_journal_quota_add(D.j, session, "output_bytes", (int64_t)output_bytes, -1, NULL);
+        int r;
+        if (exec_ms && (r = ntfs_journal_quota_add(D.j, session, "exec_ms", (int64_t)exec_ms, -1, NULL)) < 0)
+                log_warn("journal: charging %" PRIu64 " ms to %s: %s", exec_ms, session, ntfs_strerror(r));
+        if (output_bytes &&
+            (r = ntfs_journal_quota_add(D.j, session, "output_bytes", (int64_t)output_bytes, -1, NULL)) < 0)
+                log_warn("journal: charging %" PRIu64 " output bytes to %s: %s", output_bytes, session,
+                         ntfs_strerror(r));
 }
 
 /* ---- state-changing commands in flight, and other writers' fsyncs ------- */
@@ -251,10 +254,67 @@ static json_t *recorded_result(const struct ntfs_effect *eff, const struct ntfs_
         return res;
 }
 
+/* Ends effect id as failed with why; a journal that cannot record it is
+ * logged (the row stays pending: recovery settles it at the next start). */
+static void effect_fail(int64_t id, const char *why) {
+        int r = ntfs_journal_effect_finish(D.j, id, NTFS_EFFECT_FAILED, NULL, NULL, why);
+        if (r < 0)
+                log_error("journal: finishing effect %" PRId64 " as failed (%s): %s", id, why, ntfs_strerror(r));
+}
+
+/* Sets key to a stream's bytes in the result (docs/protocol.md, "Command
+ * output"): the text when it is clean (no NUL, well-formed UTF-8), else
+ * its lossy text plus key_b64, the exact bytes in base64. */
+static int set_output(json_t *res, const char *key, const char *p, size_t n) {
+        p = p ? p : "";
+        if (ntfs_text_clean(p, n))
+                return json_object_set_new(res, key, json_stringn(p, n)) < 0 ? -ENOMEM : 0;
+        _cleanup_free_ char *text = NULL, *b64 = NULL;
+        size_t tl = 0, bl = 0;
+        int r;
+        if ((r = ntfs_text_lossy(p, n, &text, &tl)) < 0 || (r = ntfs_base64_encode(p, n, &b64, &bl)) < 0)
+                return r;
+        char k[32];
+        snprintf(k, sizeof k, "%s_b64", key);
+        if (json_object_set_new(res, key, json_stringn(text, tl)) < 0 ||
+            json_object_set_new(res, k, json_stringn(b64, bl)) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
+/* Completes the effect row with its result. A result the journal refuses
+ * (past NTFS_JOURNAL_MAX_JSON, say) is recorded without its output, marked
+ * "output_not_recorded" (the caller still gets it whole); only a journal
+ * that can record nothing leaves the row pending, and that is the error. */
+static int finish_effect(const struct ntfs_effect *eff, int status, json_t *res, const char *after,
+                         const char *reason, const struct ntfs_quota_charge *used, size_t n_used) {
+        _cleanup_free_ char *res_s = json_dumps(res, JSON_COMPACT);
+        int r = res_s ? ntfs_journal_effect_finish_charged(D.j, eff->id, status, res_s, after, reason, used, n_used)
+                      : -ENOMEM;
+        if (r >= 0)
+                return 0;
+        log_warn("journal: finishing effect %" PRId64 " with its result: %s; recording it without its output",
+                 eff->id, ntfs_strerror(r));
+        json_t *small = json_deep_copy(res);
+        static const char *const drop[] = { "stdout", "stdout_b64", "stderr", "stderr_b64" };
+        for (size_t i = 0; small && i < ARRAY_SIZE(drop); i++)
+                json_object_del(small, drop[i]);
+        if (small)
+                json_object_set_new(small, "output_not_recorded", json_string(ntfs_strerror(r)));
+        _cleanup_free_ char *small_s = small ? json_dumps(small, JSON_COMPACT) : NULL;
+        json_decref(small);
+        r = small_s ? ntfs_journal_effect_finish_charged(D.j, eff->id, status, small_s, after, reason, used, n_used)
+                    : -ENOMEM;
+        if (r < 0)
+                log_error("journal: finishing effect %" PRId64 ": %s", eff->id, ntfs_strerror(r));
+        return r;
+}
+
 /* Runs one jailed tool call, journaled; *ret is the result object. cancel:
- * see h_exec_cancel (NULL: not cancellable). */
+ * see h_exec_cancel (NULL: not cancellable). io: a streaming call's
+ * (ctl/routes-exec-stream.c), or NULL. */
 static int run_tool(const char *session, const char *tool, const char *command, const char *key, double timeout_s,
-                    const int *cancel, json_t **ret, char *why, size_t whylen) {
+                    const int *cancel, const struct d_exec_io *io, json_t **ret, char *why, size_t whylen) {
         const struct ntfs_tool_spec *spec = ntfs_policy_tool(D.pol, tool);
         if (spec && spec->kind == NTFS_TOOL_KIND_FETCH && d_run_fetch)
                 return d_run_fetch(session, command, key, ret, why, whylen);
@@ -313,10 +373,11 @@ static int run_tool(const char *session, const char *tool, const char *command, 
         json_t *input = json_pack("{s:s}", "command", command);
         _cleanup_free_ char *input_s = json_dumps(input, JSON_COMPACT | JSON_SORT_KEYS);
         json_decref(input);
-        struct ntfs_effect *list = NULL;
-        size_t nprev = 0;
-        if (ntfs_journal_effect_list(D.j, session, 0, 0, 0, &list, &nprev) == 0)
-                ntfs_effects_free(list, nprev);
+        uint64_t nprev = 0;
+        if ((r = ntfs_journal_effect_count(D.j, session, 0, &nprev)) < 0) {
+                snprintf(why, whylen, "journal: %s", ntfs_strerror(r));
+                return r;
+        }
         struct ntfs_effect_intent in = { .session = session, .step = nprev + 1, .tool = tool,
                                          .effect_class = ntfs_effect_class_name(spec->cls), .input_json = input_s,
                                          .idempotency_key = key, .commit_before = before,
@@ -341,7 +402,7 @@ static int run_tool(const char *session, const char *tool, const char *command, 
         r = d_session_mountpoint(session, &mp);
         if (r < 0) {
                 snprintf(why, whylen, "cannot mount the workspace: %s", ntfs_strerror(r));
-                ntfs_journal_effect_finish(D.j, eff.id, NTFS_EFFECT_FAILED, NULL, NULL, why);
+                effect_fail(eff.id, why);
                 ntfs_effect_release(&eff);
                 return r;
         }
@@ -362,23 +423,28 @@ static int run_tool(const char *session, const char *tool, const char *command, 
                                        : -ENOTSUP;
                 if (r < 0) {
                         snprintf(why, whylen, "cannot start the egress proxy: %s", ntfs_strerror(r));
-                        ntfs_journal_effect_finish(D.j, eff.id, NTFS_EFFECT_FAILED, NULL, NULL, why);
+                        effect_fail(eff.id, why);
                         ntfs_effect_release(&eff);
                         return r;
                 }
                 js.proxy_port = NTFS_EGRESS_PORT;
         }
         js.cancel = cancel;
+        js.io = io ? io->jail : NULL;
+        js.watch_hangup = io && io->watch_hangup;
+        js.hangup_fd = io ? io->hangup_fd : -1;
         struct ntfs_jail_result jr = { 0 };
         r = ntfs_jail_run(&js, &jr);
+        if (io && io->ended)
+                io->ended(io->ud, &jr);
         if (egress)
                 d_egress_run_end(egress);
         if (r < 0) {
-                if (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) /* ended while it was starting */
+                if (jr.cancelled || (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE))) /* ended while starting */
                         snprintf(why, whylen, "cancelled");
                 else
                         snprintf(why, whylen, "jail failed: %s", jr.reason ? jr.reason : ntfs_strerror(r));
-                ntfs_journal_effect_finish(D.j, eff.id, NTFS_EFFECT_FAILED, NULL, NULL, why);
+                effect_fail(eff.id, why);
                 ntfs_jail_result_release(&jr);
                 ntfs_effect_release(&eff);
                 return r;
@@ -390,17 +456,19 @@ static int run_tool(const char *session, const char *tool, const char *command, 
                 { .counter = "exec_ms", .delta = (int64_t)(jr.duration_ns / 1000000) },
                 { .counter = "output_bytes", .delta = (int64_t)(jr.out_len + jr.err_len) },
         };
-        json_t *res = json_pack("{s:i, s:s%, s:s%, s:b, s:b, s:I, s:b, s:b, s:s, s:s}", "exit_code", jr.exit_code,
-                                "stdout", jr.out ? jr.out : "", jr.out_len, "stderr", jr.err ? jr.err : "",
-                                jr.err_len, "stdout_truncated", jr.out_truncated, "stderr_truncated",
-                                jr.err_truncated, "duration_ms", (json_int_t)(jr.duration_ns / 1000000),
-                                "timed_out", jr.timed_out, "oom", jr.oom, "tool", tool, "effect",
-                                ntfs_effect_class_name(spec->cls));
-        if (!res) /* output not valid UTF-8: return it lossily as base64-free replacement */
-                res = json_pack("{s:i, s:s, s:s, s:b, s:I, s:s, s:s}", "exit_code", jr.exit_code, "stdout",
-                                "[binary output]", "stderr", "", "timed_out", jr.timed_out, "duration_ms",
-                                (json_int_t)(jr.duration_ns / 1000000), "tool", tool, "effect",
-                                ntfs_effect_class_name(spec->cls));
+        json_t *res = json_pack("{s:i, s:b, s:b, s:I, s:b, s:b, s:s, s:s}", "exit_code", jr.exit_code,
+                                "stdout_truncated", jr.out_truncated, "stderr_truncated", jr.err_truncated,
+                                "duration_ms", (json_int_t)(jr.duration_ns / 1000000), "timed_out", jr.timed_out,
+                                "oom", jr.oom, "tool", tool, "effect", ntfs_effect_class_name(spec->cls));
+        if (!res || (r = set_output(res, "stdout", jr.out, jr.out_len)) < 0 ||
+            (r = set_output(res, "stderr", jr.err, jr.err_len)) < 0) {
+                json_decref(res);
+                snprintf(why, whylen, "out of memory building the result");
+                effect_fail(eff.id, why);
+                ntfs_jail_result_release(&jr);
+                ntfs_effect_release(&eff);
+                return -ENOMEM;
+        }
         char after[NTFS_HEX_LEN + 1] = "";
         if (spec->checkpoint_after) {
                 ntfs_hash h;
@@ -419,10 +487,14 @@ static int run_tool(const char *session, const char *tool, const char *command, 
                          * snapshots table); any snapshot can be exported (ctl/routes-archive.c) */
                         struct ntfs_commit_info sci;
                         char *snap = NULL;
+                        int sr = 0;
                         if (spec->cls == NTFS_CLASS_REPLAYABLE_EXPENSIVE &&
-                            ntfs_commit_get(D.st, &h, &sci) == 0 &&
-                            ntfs_journal_snapshot_add(D.j, NULL, session, in.step, after, sci.bytes, &snap) == 0)
+                            (sr = ntfs_commit_get(D.st, &h, &sci)) == 0 &&
+                            (sr = ntfs_journal_snapshot_add(D.j, NULL, session, in.step, after, sci.bytes, &snap)) == 0)
                                 json_object_set_new(res, "snapshot_id", json_string(snap));
+                        if (sr < 0)
+                                log_warn("snapshot record of %s step %" PRIu64 ": %s", session, (uint64_t)in.step,
+                                         ntfs_strerror(sr));
                         free(snap);
                 } else
                         log_warn("checkpoint after %s failed: %s", tool, ntfs_strerror(cr));
@@ -430,21 +502,25 @@ static int run_tool(const char *session, const char *tool, const char *command, 
         (void)NTFS_FAULT("exec.after_checkpoint");
         json_object_set_new(res, "replayed", json_false());
         json_object_set_new(res, "effect_id", json_integer(eff.id));
-        bool cancelled = cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE);
+        bool cancelled = jr.cancelled || (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE));
         if (cancelled)
                 json_object_set_new(res, "cancelled", json_true());
-        _cleanup_free_ char *res_s = json_dumps(res, JSON_COMPACT);
         bool ok = !jr.timed_out && jr.term_signal == 0 && !cancelled;
-        int fr = ntfs_journal_effect_finish_charged(D.j, eff.id, ok ? NTFS_EFFECT_DONE : NTFS_EFFECT_FAILED,
-                                                    res_s, after[0] ? after : NULL,
-                                                    ok             ? NULL
-                                                    : cancelled    ? "cancelled"
-                                                    : jr.timed_out ? "timeout"
-                                                    : jr.oom       ? "oom"
-                                                                   : "killed",
-                                                    used, ARRAY_SIZE(used));
-        if (fr < 0)
-                log_warn("journal: finishing effect %" PRId64 ": %s", eff.id, ntfs_strerror(fr));
+        const char *reason = ok             ? NULL
+                             : cancelled    ? "cancelled"
+                             : jr.timed_out ? "timeout"
+                             : jr.oom       ? "oom"
+                                            : "killed";
+        int fr = finish_effect(&eff, ok ? NTFS_EFFECT_DONE : NTFS_EFFECT_FAILED, res, after[0] ? after : NULL, reason,
+                               used, ARRAY_SIZE(used));
+        if (fr < 0) {
+                snprintf(why, whylen, "journal: recording the result of effect %" PRId64 ": %s", eff.id,
+                         ntfs_strerror(fr));
+                json_decref(res);
+                ntfs_jail_result_release(&jr);
+                ntfs_effect_release(&eff);
+                return fr;
+        }
         ntfs_jail_result_release(&jr);
         ntfs_effect_release(&eff);
         *ret = res;
@@ -453,15 +529,20 @@ static int run_tool(const char *session, const char *tool, const char *command, 
 
 int d_run_tool(const char *session, const char *tool, const char *command, const char *key, double timeout_s,
                json_t **ret, char *why, size_t whylen) {
-        return run_tool(session, tool, command, key, timeout_s, NULL, ret, why, whylen);
+        return run_tool(session, tool, command, key, timeout_s, NULL, NULL, ret, why, whylen);
+}
+
+int d_run_tool_io(const char *session, const char *tool, const char *command, const char *key, double timeout_s,
+                  const int *cancel, const struct d_exec_io *io, json_t **ret, char *why, size_t whylen) {
+        return run_tool(session, tool, command, key, timeout_s, cancel, io, ret, why, whylen);
 }
 
 /* ---- cancellation (ntfs-mcp's notifications/cancelled, docs/mcp.md) ------------------
  * An exec request may carry a `cancel_token` (the client's own random
  * string); while it runs, POST /v1/sessions/NAME/exec/cancel {cancel_token}
  * sets its flag and the jail is ended (exec/jail.h: spec.cancel). A client
- * disconnect alone does not stop a command: the connection thread is inside
- * the jail call and does not watch its socket. */
+ * that closes its connection stops its command too: the jail call polls
+ * the connection's socket for the hang-up (exec/jail.h, spec.hangup_fd). */
 #define CANCEL_TOKEN_MAX 128
 
 struct exec_cancel {
@@ -535,8 +616,11 @@ static int h_exec(void *ud, const ntfs_http_request *req, ntfs_http_response *re
         }
         char why[512] = "";
         json_t *res;
+        /* The client hanging up ends the command (a keep-alive client that
+         * sends its next request meanwhile does not). */
+        const struct d_exec_io io = { .watch_hangup = req->fd >= 0, .hangup_fd = req->fd };
         r = run_tool(name, tool ? tool : "bash_write", cmd, key, t ? json_number_value(t) : 0, token ? &ce.flag : NULL,
-                     &res, why, sizeof why);
+                     &io, &res, why, sizeof why);
         if (token)
                 cancel_unregister(&ce);
         if (r < 0)
@@ -568,6 +652,7 @@ int routes_exec_register(ntfs_router *rt) {
         static const struct ntfs_route routes[] = {
                 { "POST /v1/sessions/{name}/exec", h_exec, 0 },
                 { "POST /v1/sessions/{name}/exec/cancel", h_exec_cancel, 0 },
+                { "POST /v1/sessions/{name}/exec/stream", d_h_exec_stream, 0 },
                 { "GET /v1/sessions/{name}/effects", h_effects, 0 },
         };
         return ntfs_router_add_table(rt, routes, ARRAY_SIZE(routes));

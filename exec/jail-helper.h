@@ -33,6 +33,11 @@ struct opts {
         char *command;
         char **direct; /* the command's words when it needs no shell (plain_words), else NULL */
         bool no_direct; /* --no-direct: always through bash */
+        /* Streaming (exec/jail.h, struct ntfs_jail_io): --stream copies the
+         * command's stdout and stderr, as read, to fds 3 and 4; --stdin makes
+         * fd 5 its stdin; --tty makes fd 5 (a terminal) its stdin, stdout,
+         * stderr and controlling terminal. */
+        bool stream, pass_stdin, tty;
 };
 
 /* ---- reporting (ntfs-jail.c) ---------------------------------------------
@@ -99,6 +104,7 @@ struct child_args {
         const struct jail_state *state;
         int out_w, err_w;
         int notify_w;             /* P1 -> P0: the seccomp filter's listener fd */
+        int in_fd;               /* --stdin / --tty: the fd for P2 (5), else -1 */
         char cwd[PATH_MAX];      /* P1 -> P2: the absolute cwd P1 entered for it */
         volatile int *direct_ran; /* shared page: P2 exec'd the command without bash */
 };

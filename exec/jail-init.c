@@ -213,10 +213,18 @@ static _Noreturn void run_p2(const struct child_args *a, char **env, const char 
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        /* 2. Exactly three fds (plus the exec-error pipe, close-on-exec). */
-        CHECK(dup2(devnull, 0), "stdin");
-        CHECK(dup2(a->out_w, 1), "stdout");
-        CHECK(dup2(a->err_w, 2), "stderr");
+        /* 2. Exactly three fds (plus the exec-error pipe, close-on-exec):
+         * with --tty all three are the terminal, which becomes the new
+         * session's controlling terminal. */
+        if (a->o->tty) {
+                for (int fd = 0; fd < 3; fd++)
+                        CHECK(dup2(a->in_fd, fd), "terminal as fd %d", fd);
+                CHECK(ioctl(0, TIOCSCTTY, 0), "controlling terminal");
+        } else {
+                CHECK(dup2(a->in_fd >= 0 ? a->in_fd : devnull, 0), "stdin");
+                CHECK(dup2(a->out_w, 1), "stdout");
+                CHECK(dup2(a->err_w, 2), "stderr");
+        }
         CHECK(dup2(err_w, 3), "error pipe");
         CHECK(fcntl(3, F_SETFD, FD_CLOEXEC), "error pipe cloexec");
         report_fd = 3;
@@ -417,6 +425,8 @@ _Noreturn void run_p1(struct child_args *a, int status_w, int go_r) {
         close(TAKE_FD(devnull));
         close(a->out_w);
         close(a->err_w);
+        if (a->in_fd >= 0)
+                close(a->in_fd);
         free(env);
         free(script);
 

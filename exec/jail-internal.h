@@ -53,6 +53,11 @@ int jbuf_printf(struct jbuf *b, const char *fmt, ...) __attribute__((format(prin
  * \u-escaped, and each byte of an invalid sequence becomes U+FFFD. */
 int jbuf_json_string(struct jbuf *b, const char *s, size_t n);
 
+/* Appends "key":TEXT for a command's output: the bytes as they are when
+ * they are clean text (common/util.h, ntfs_text_clean), else their lossy
+ * text followed by "key_b64":BASE64 of the exact bytes. */
+int jbuf_json_output(struct jbuf *b, const char *key, const char *s, size_t n);
+
 /* ---- cgroups ----------------------------------------------------------- */
 struct jail_cgroup {
         int version;            /* 0: none, 1, 2 */

@@ -48,34 +48,6 @@ int jbuf_printf(struct jbuf *b, const char *fmt, ...) {
         return jbuf_put(b, tmp, (size_t)n);
 }
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-        unsigned char c = s[0];
-        size_t need;
-        uint32_t cp;
-        if (c < 0x80)
-                return 1;
-        if (c >= 0xc2 && c <= 0xdf)
-                need = 2, cp = c & 0x1f;
-        else if (c >= 0xe0 && c <= 0xef)
-                need = 3, cp = c & 0x0f;
-        else if (c >= 0xf0 && c <= 0xf4)
-                need = 4, cp = c & 0x07;
-        else
-                return 0;
-        if (n < need)
-                return 0;
-        for (size_t i = 1; i < need; i++) {
-                if ((s[i] & 0xc0) != 0x80)
-                        return 0;
-                cp = cp << 6 | (s[i] & 0x3f);
-        }
-        if ((need == 3 && cp < 0x800) || (need == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-                return 0;
-        return need;
-}
-
 int jbuf_json_string(struct jbuf *b, const char *s, size_t n) {
         const unsigned char *u = (const unsigned char *)s;
         int r = jbuf_put(b, "\"", 1);
@@ -102,7 +74,7 @@ int jbuf_json_string(struct jbuf *b, const char *s, size_t n) {
                 else if (c < 0x20 || c == 0x7f)
                         r = jbuf_printf(b, "\\u%04x", c), i++;
                 else {
-                        size_t l = utf8_len(u + i, n - i);
+                        size_t l = ntfs_utf8_seq_len(u + i, n - i);
                         if (l == 0)
                                 r = jbuf_put(b, "\\ufffd", 6), i++;
                         else
@@ -112,6 +84,22 @@ int jbuf_json_string(struct jbuf *b, const char *s, size_t n) {
         if (r >= 0)
                 r = jbuf_put(b, "\"", 1);
         return r;
+}
+
+int jbuf_json_output(struct jbuf *b, const char *key, const char *s, size_t n) {
+        int r = jbuf_printf(b, "\"%s\":", key);
+        if (r < 0)
+                return r;
+        if (ntfs_text_clean(s, n))
+                return jbuf_json_string(b, s, n);
+        _cleanup_free_ char *text = NULL, *b64 = NULL;
+        size_t tl = 0, bl = 0;
+        if ((r = ntfs_text_lossy(s, n, &text, &tl)) < 0 || (r = ntfs_base64_encode(s, n, &b64, &bl)) < 0)
+                return r;
+        if ((r = jbuf_json_string(b, text, tl)) < 0 || (r = jbuf_printf(b, ",\"%s_b64\":\"", key)) < 0 ||
+            (r = jbuf_put(b, b64, bl)) < 0)
+                return r;
+        return jbuf_put(b, "\"", 1);
 }
 
 /* ---- shell state ------------------------------------------------------------ */

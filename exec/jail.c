@@ -119,6 +119,10 @@ static int validate(const struct ntfs_jail_spec *s) {
         if (s->proxy_socket && (s->proxy_socket[0] != '/' || strlen(s->proxy_socket) >= 4096 ||
                                 s->proxy_port > 65535))
                 return -EINVAL;
+        const struct ntfs_jail_io *io = s->io;
+        if (io && ((io->stdout_fd < 0) != (io->stderr_fd < 0) ||
+                   (io->tty_fd >= 0 && (io->stdout_fd >= 0 || io->stdin_fd >= 0))))
+                return -EINVAL;
         return 0;
 }
 
@@ -167,6 +171,20 @@ static int dup_json_string(json_t *o, const char *key, char **ret, size_t *ret_l
         return 0;
 }
 
+/* A stream of the command: key_b64 (the exact bytes) when the helper gave
+ * it, else the text under key (exec/jail-internal.h, jbuf_json_output). */
+static int output_bytes(json_t *o, const char *key, char **ret, size_t *ret_len) {
+        char k[32];
+        snprintf(k, sizeof k, "%s_b64", key);
+        json_t *v = json_object_get(o, k);
+        if (!v)
+                return dup_json_string(o, key, ret, ret_len);
+        if (!json_is_string(v))
+                return -EPROTO;
+        int r = ntfs_base64_decode(json_string_value(v), json_string_length(v), ret, ret_len);
+        return r == -EINVAL ? -EPROTO : r;
+}
+
 static bool jbool(json_t *o, const char *key) { return json_is_true(json_object_get(o, key)); }
 
 /* "seccomp_killed": N, "seccomp_kills": [{pid, syscall}...] (the first few). */
@@ -205,7 +223,7 @@ static int parse_seccomp_kills(json_t *root, struct ntfs_jail_result *r) {
 
 static int parse_result(const char *buf, size_t len, struct ntfs_jail_result *r) {
         json_error_t jerr;
-        json_t *root = json_loadb(buf, len, JSON_ALLOW_NUL, &jerr);
+        json_t *root = json_loadb(buf, len, 0, &jerr);
         if (!root || !json_is_object(root)) {
                 json_decref(root);
                 return -EPROTO;
@@ -233,9 +251,9 @@ static int parse_result(const char *buf, size_t len, struct ntfs_jail_result *r)
         r->limit_memory = jbool(lim, "memory");
         r->limit_pids = jbool(lim, "pids");
         r->limit_cpu = jbool(lim, "cpu");
-        ret = dup_json_string(root, "stdout", &r->out, &r->out_len);
+        ret = output_bytes(root, "stdout", &r->out, &r->out_len);
         if (ret >= 0)
-                ret = dup_json_string(root, "stderr", &r->err, &r->err_len);
+                ret = output_bytes(root, "stderr", &r->err, &r->err_len);
         if (ret >= 0)
                 ret = dup_json_string(root, "state", &r->state_out, NULL);
         if (ret >= 0 && (!r->out || !r->err))
@@ -317,6 +335,13 @@ int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *re
                 arg(&a, "--state-in");
                 arg(&a, "-");
         }
+        const struct ntfs_jail_io *io = spec->io;
+        if (io && io->stdout_fd >= 0)
+                arg(&a, "--stream");
+        if (io && io->stdin_fd >= 0)
+                arg(&a, "--stdin");
+        if (io && io->tty_fd >= 0)
+                arg(&a, "--tty");
         arg(&a, "--");
         arg(&a, spec->command);
         a.argv[a.n] = NULL;
@@ -345,6 +370,17 @@ int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *re
         posix_spawn_file_actions_adddup2(&fa, in, 0);
         posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
         posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
+        /* The streaming fds go to 3, 4 and 5 from copies above them, so
+         * that no dup2 overwrites a source still to be copied. */
+        int hi[3] = { -1, -1, -1 };
+        const int src[3] = { io ? io->stdout_fd : -1, io ? io->stderr_fd : -1,
+                             io ? (io->tty_fd >= 0 ? io->tty_fd : io->stdin_fd) : -1 };
+        for (int i = 0; i < 3 && r >= 0; i++)
+                if (src[i] >= 0 && (hi[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 10)) < 0)
+                        r = -errno;
+        for (int i = 0; i < 3; i++)
+                if (hi[i] >= 0)
+                        posix_spawn_file_actions_adddup2(&fa, hi[i], 3 + i);
         sigset_t none, all;
         sigemptyset(&none);
         sigfillset(&all);
@@ -353,18 +389,25 @@ int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *re
         posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
         char *envp[] = { NULL };
         pid_t pid;
-        int sr = posix_spawn(&pid, spec->jail_binary, &fa, &at, a.argv, envp);
+        int sr = r < 0 ? 0 : posix_spawn(&pid, spec->jail_binary, &fa, &at, a.argv, envp);
+        if (r < 0)
+                sr = -r;
         posix_spawn_file_actions_destroy(&fa);
         posix_spawnattr_destroy(&at);
         close(outp[1]);
         close(errp[1]);
+        for (int i = 0; i < 3; i++)
+                if (hi[i] >= 0)
+                        close(hi[i]);
         if (sr != 0)
                 return -sr;
 
-        /* JSON escaping grows bytes at most 6x; the state blob rides along. */
-        struct capture out = { .fd = out_r, .max = 2 * 6 * limit + 2 * JAIL_STATE_MAX + 65536 };
+        /* JSON escaping grows bytes at most 6x, and output that is not
+         * clean text comes twice (its text and its base64, 4/3); the state
+         * blob rides along. */
+        struct capture out = { .fd = out_r, .max = 2 * 8 * limit + 2 * JAIL_STATE_MAX + 65536 };
         struct capture diag = { .fd = err_r, .max = DIAG_MAX };
-        bool out_open = true, err_open = true, killed = false, cancel_sent = false;
+        bool out_open = true, err_open = true, killed = false, cancel_sent = false, hung_up = false;
         int64_t deadline = ntfs_mono_ns() + (int64_t)timeout_ms * 1000000 + HELPER_GRACE_NS;
         while (out_open || err_open) {
                 int64_t left = deadline - ntfs_mono_ns();
@@ -376,12 +419,15 @@ int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *re
                         deadline = ntfs_mono_ns() + 5LL * 1000000000;
                         continue;
                 }
-                if (spec->cancel && !cancel_sent && __atomic_load_n(spec->cancel, __ATOMIC_ACQUIRE)) {
+                if (!cancel_sent && (hung_up || (spec->cancel && __atomic_load_n(spec->cancel, __ATOMIC_ACQUIRE)))) {
                         kill(pid, SIGTERM); /* the helper ends the jail and still answers */
                         cancel_sent = true;
                 }
-                struct pollfd pf[2] = { { out_open ? out.fd : -1, POLLIN, 0 }, { err_open ? diag.fd : -1, POLLIN, 0 } };
-                int n = poll(pf, 2, (int)NTFS_MIN(left / 1000000 + 1,
+                /* events 0: POLLHUP and POLLERR are reported anyway */
+                struct pollfd pf[3] = { { out_open ? out.fd : -1, POLLIN, 0 },
+                                        { err_open ? diag.fd : -1, POLLIN, 0 },
+                                        { spec->watch_hangup && !hung_up ? spec->hangup_fd : -1, 0, 0 } };
+                int n = poll(pf, 3, (int)NTFS_MIN(left / 1000000 + 1,
                                                   (int64_t)(spec->cancel && !cancel_sent ? 100 : 60000)));
                 if (n < 0) {
                         if (errno == EINTR)
@@ -393,10 +439,13 @@ int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *re
                         out_open = false;
                 if (pf[1].revents && !capture_read(&diag))
                         err_open = false;
+                if (pf[2].revents & (POLLHUP | POLLERR | POLLNVAL))
+                        hung_up = true;
         }
         int status = 0;
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
                 ;
+        ret->cancelled = cancel_sent;
 
         if (r >= 0) {
                 if (killed) {
@@ -420,6 +469,7 @@ int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *re
                 char *reason = TAKE_PTR(ret->reason);
                 ntfs_jail_result_release(ret);
                 ret->reason = reason;
+                ret->cancelled = cancel_sent;
                 log_debug("jail: run failed: %d %s", r, reason ? reason : "");
         }
         return r;

@@ -2,9 +2,10 @@
  * jail.h — run one shell command in the ntfs jail (libntfs-exec).
  *
  * The library never builds the jail in the calling process: ntfs_jail_run()
- * fork/execs the ntfs-jail helper (docs/jail.md) with an empty environment
+ * posix_spawns the ntfs-jail helper (docs/jail.md) with an empty environment
  * and only three fds (stdin: the state blob in a memfd, stdout: the helper's
- * JSON result, stderr: its diagnostics), then reads the result. The caller's
+ * JSON result, stderr: its diagnostics; a streaming run adds spec->io's),
+ * then reads the result. The caller's
  * threads, fds, memory and credentials never enter the jail, and nothing in
  * the library touches the workspace path itself (in ntfsd it is a FUSE mount
  * served by the same process; only the helper opens it).
@@ -34,6 +35,22 @@ enum {
 #define NTFS_JAIL_OUTPUT_LIMIT_MAX (64ULL * 1024 * 1024)
 #define NTFS_JAIL_COMMAND_MAX (1024 * 1024)
 #define NTFS_JAIL_ENV_MAX 256
+
+/* A streaming run's fds (ntfsd's streaming exec): the caller's own, which
+ * the helper gets as its fds 3, 4 and 5; the caller keeps them and closes
+ * its copies after ntfs_jail_run() returns (a pipe then reads EOF, a pty
+ * master EIO). Each one -1 when unused. Create them O_CLOEXEC: other
+ * threads spawn too. */
+struct ntfs_jail_io {
+        int stdout_fd, stderr_fd; /* write ends: every byte the command writes
+                                   * there, as it comes (the result still keeps
+                                   * output_limit bytes of each); both or neither */
+        int stdin_fd;             /* read end: the command's stdin (else /dev/null) */
+        int tty_fd;               /* a terminal (a pty's slave): the command's
+                                   * stdin, stdout, stderr and controlling
+                                   * terminal; then the three above are -1 and
+                                   * the result's stdout and stderr are empty */
+};
 
 struct ntfs_jail_spec {
         const char *jail_binary; /* path of ntfs-jail (required) */
@@ -65,6 +82,14 @@ struct ntfs_jail_spec {
          * on its timeout; the result comes back as usual. NULL: not
          * cancellable. */
         const int *cancel;
+        /* With watch_hangup, hangup_fd reporting POLLHUP or POLLERR (the
+         * caller's client connection closing: on a Unix stream socket, a
+         * close, not a shutdown of one direction) ends the jail as *cancel
+         * does. The fd is only polled. */
+        bool watch_hangup;
+        int hangup_fd;
+        /* Streaming: NULL, or the fds above (borrowed for the call). */
+        const struct ntfs_jail_io *io;
 };
 
 struct ntfs_jail_result {
@@ -89,6 +114,7 @@ struct ntfs_jail_result {
          * killed ..." to err, so the effect's result records it. */
         unsigned seccomp_killed;
         char *seccomp_kills;
+        bool cancelled;      /* ended by *cancel or a hang-up on hangup_fd */
 };
 
 struct ntfs_jail_caps {

@@ -143,7 +143,7 @@ static void usage(void) {
               "                 [--output-limit BYTES] [--memory BYTES] [--pids N] [--cpu PERCENT]\n"
               "                 [--tmp-size BYTES] [--as BYTES] [--fsize BYTES] [--env K=V]...\n"
               "                 [--state-in FILE|-] [--state-out FILE] [--json] [--die-with-parent]\n"
-              "                 [--no-direct]\n"
+              "                 [--no-direct] [--stream] [--stdin | --tty]\n"
               "                 [--proxy-socket PATH [--proxy-port N]]\n"
               "                 -- COMMAND...\n"
               "       ntfs-jail --probe\n",
@@ -189,6 +189,12 @@ static void parse_args(int argc, char **argv, struct opts *o) {
                         o->die_with_parent = true;
                 else if (strcmp(a, "--no-direct") == 0)
                         o->no_direct = true;
+                else if (strcmp(a, "--stream") == 0)
+                        o->stream = true;
+                else if (strcmp(a, "--stdin") == 0)
+                        o->pass_stdin = true;
+                else if (strcmp(a, "--tty") == 0)
+                        o->tty = true;
                 else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
                         usage();
                 else {
@@ -248,6 +254,8 @@ static void parse_args(int argc, char **argv, struct opts *o) {
         }
         if (o->probe)
                 return;
+        if (o->pass_stdin && o->tty)
+                die(o, "--stdin and --tty both want fd 5");
         if (!o->workspace)
                 die(o, "--workspace is required");
         if (i >= argc)
@@ -287,6 +295,7 @@ struct stream {
         struct jbuf buf;
         uint64_t total;
         bool keep; /* store in buf (JSON mode) */
+        bool pass_all; /* pass every byte through, also past the limit (--stream) */
 };
 
 /* Reads what is there; returns false on EOF. Past the limit it drains. */
@@ -299,10 +308,12 @@ static bool stream_read(struct stream *s) {
                 return false;
         uint64_t room = s->total < s->limit ? s->limit - s->total : 0;
         size_t take = (size_t)NTFS_MIN((uint64_t)n, room);
+        if (s->pass_all)
+                write_all(s->pass_fd, tmp, (size_t)n);
         if (take) {
                 if (s->keep && jbuf_put(&s->buf, tmp, take) < 0)
                         take = 0;
-                if (s->pass_fd >= 0)
+                if (s->pass_fd >= 0 && !s->pass_all)
                         write_all(s->pass_fd, tmp, take);
         }
         s->total += (uint64_t)n;
@@ -462,8 +473,22 @@ int main(int argc, char **argv) {
         /* --die-with-parent: the daemon (or its thread) going away ends us. */
         if (o.die_with_parent && prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0) < 0)
                 die(&o, "PR_SET_PDEATHSIG: %s", strerror(errno));
-        /* Nothing of the caller's but stdin/stdout/stderr goes further. */
-        close_range(3, ~0U, 0);
+        /* Nothing of the caller's but stdin/stdout/stderr (and the
+         * streaming fds asked for) goes further. */
+        if (o.stream || o.pass_stdin || o.tty) {
+                close_range(6, ~0U, 0);
+                if (!o.stream)
+                        close_range(3, 4, 0);
+                else if (fcntl(3, F_GETFD) < 0 || fcntl(4, F_GETFD) < 0)
+                        die(&o, "--stream: fds 3 and 4 are not open");
+                if (!o.pass_stdin && !o.tty)
+                        close(5);
+                else if (fcntl(5, F_GETFD) < 0)
+                        die(&o, "--stdin/--tty: fd 5 is not open");
+                else if (o.tty && !isatty(5))
+                        die(&o, "--tty: fd 5 is not a terminal");
+        } else
+                close_range(3, ~0U, 0);
         if (getenv("NTFS_JAIL_TRACE"))
                 trace_fd = fcntl(2, F_DUPFD_CLOEXEC, 100);
         trace("args parsed");
@@ -522,11 +547,15 @@ int main(int argc, char **argv) {
                 close(stp[0]);
                 close(gop[1]);
                 close(np[0]);
+                if (o.stream)
+                        close_range(3, 4, 0); /* P0's alone */
                 struct child_args a = { .o = &o, .state = &state, .out_w = outp[1], .err_w = errp[1],
-                                        .notify_w = np[1] };
+                                        .notify_w = np[1], .in_fd = o.pass_stdin || o.tty ? 5 : -1 };
                 run_p1(&a, stp[1], gop[0]);
         }
         trace("p1 cloned");
+        if (o.pass_stdin || o.tty)
+                close(5); /* P1's alone */
         close(outp[1]);
         close(errp[1]);
         close(stp[1]);
@@ -562,8 +591,10 @@ int main(int argc, char **argv) {
                 die(&o, "pidfd_open: %s", strerror(errno));
         }
 
-        struct stream out = { .fd = outp[0], .pass_fd = o.json ? -1 : 1, .limit = o.output_limit, .keep = o.json };
-        struct stream err = { .fd = errp[0], .pass_fd = o.json ? -1 : 2, .limit = o.output_limit, .keep = o.json };
+        struct stream out = { .fd = outp[0], .pass_fd = o.stream ? 3 : o.json ? -1 : 1, .pass_all = o.stream,
+                              .limit = o.output_limit, .keep = o.json };
+        struct stream err = { .fd = errp[0], .pass_fd = o.stream ? 4 : o.json ? -1 : 2, .pass_all = o.stream,
+                              .limit = o.output_limit, .keep = o.json };
         struct stream stat = { .fd = stp[0], .pass_fd = -1, .limit = JAIL_STATE_MAX + 4096, .keep = true };
         bool out_open = true, err_open = true, st_open = true, p1_alive = true, killed = false;
         int nsock = np[0], nfd = -1; /* P1 sends the filter's listener on nsock */
@@ -684,15 +715,13 @@ int main(int argc, char **argv) {
                 int r = jbuf_printf(&b, "{\"exit_code\":%d,\"signal\":%d,\"timed_out\":%s,\"oom\":%s,", exit_code,
                                     term_signal, timed_out ? "true" : "false", oom ? "true" : "false");
                 if (r >= 0)
-                        r = jbuf_puts(&b, "\"stdout\":");
+                        r = jbuf_json_output(&b, "stdout", out.buf.p ? out.buf.p : "", out.buf.len);
                 if (r >= 0)
-                        r = jbuf_json_string(&b, out.buf.p ? out.buf.p : "", out.buf.len);
-                if (r >= 0)
-                        r = jbuf_printf(&b, ",\"stdout_truncated\":%s,\"stdout_bytes\":%llu,\"stderr\":",
+                        r = jbuf_printf(&b, ",\"stdout_truncated\":%s,\"stdout_bytes\":%llu,",
                                         out.total > o.output_limit ? "true" : "false",
                                         (unsigned long long)out.total);
                 if (r >= 0)
-                        r = jbuf_json_string(&b, err.buf.p ? err.buf.p : "", err.buf.len);
+                        r = jbuf_json_output(&b, "stderr", err.buf.p ? err.buf.p : "", err.buf.len);
                 if (r >= 0)
                         r = jbuf_printf(&b,
                                         ",\"stderr_truncated\":%s,\"stderr_bytes\":%llu,\"duration_ns\":%lld,"

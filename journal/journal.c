@@ -432,6 +432,51 @@ static bool has_secret_locked(ntfs_journal *j, const char *s) {
         return has_secret(j, s);
 }
 
+/* A base64 value (the exact bytes of a command's output, under a key
+ * ending in "_b64", docs/protocol.md): the secrets are looked for in the
+ * decoded bytes, replaced there, and the value encoded again. A value
+ * that is not base64 is redacted as text. */
+static int redact_b64(ntfs_journal *j, json_t *v) {
+        _cleanup_free_ char *raw = NULL;
+        size_t n = 0;
+        int r = ntfs_base64_decode(json_string_value(v), json_string_length(v), &raw, &n);
+        if (r == -EINVAL)
+                return 1;
+        if (r < 0)
+                return r;
+        bool found = false;
+        for (size_t i = 0; i < j->n_secrets; i++) {
+                size_t sl = strlen(j->secrets[i]), rl = strlen(JR_REDACTED), o = 0;
+                if (!memmem(raw, n, j->secrets[i], sl))
+                        continue;
+                found = true;
+                /* the result is never longer than count * rl + n */
+                size_t count = 0;
+                for (const char *p = raw; (p = memmem(p, n - (size_t)(p - raw), j->secrets[i], sl)); p += sl)
+                        count++;
+                char *out = malloc(n + count * rl + 1);
+                if (!out)
+                        return -ENOMEM;
+                for (size_t k = 0; k < n;) {
+                        if (n - k >= sl && memcmp(raw + k, j->secrets[i], sl) == 0) {
+                                memcpy(out + o, JR_REDACTED, rl);
+                                o += rl;
+                                k += sl;
+                        } else
+                                out[o++] = raw[k++];
+                }
+                free(raw);
+                raw = out;
+                n = o;
+        }
+        if (!found)
+                return 0;
+        _cleanup_free_ char *b64 = NULL;
+        if ((r = ntfs_base64_encode(raw, n, &b64, NULL)) < 0)
+                return r;
+        return json_string_set(v, b64) < 0 ? -ENOMEM : 0;
+}
+
 static int redact_value(ntfs_journal *j, json_t *v) {
         if (json_is_string(v)) {
                 const char *s = json_string_value(v);
@@ -462,7 +507,11 @@ static int redact_value(ntfs_journal *j, json_t *v) {
                 json_t *e;
                 bool keys = false;
                 json_object_foreach(v, k, e) {
-                        int r = redact_value(j, e);
+                        size_t kl = strlen(k);
+                        int r = json_is_string(e) && kl > 4 && strcmp(k + kl - 4, "_b64") == 0 ? redact_b64(j, e)
+                                                                                                 : 1;
+                        if (r > 0)
+                                r = redact_value(j, e);
                         if (r < 0)
                                 return r;
                         if (has_secret(j, k))

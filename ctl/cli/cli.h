@@ -173,6 +173,10 @@ int cmd_diff(struct ctx *c, const struct cmd *cmd, struct args *a);
 /* ---- exec.c: effects: exec, fetch and their journal ---- */
 
 int cmd_exec(struct ctx *c, const struct cmd *cmd, struct args *a);
+/* ---- exec-stream.c: exec's streaming form ---- */
+/* Runs the exec request body (borrowed; "tty"/"stdin" are added) through
+ * POST /v1/sessions/SESSION/exec/stream; returns the exit code. */
+int exec_stream(struct ctx *c, const char *session, json_t *body, bool tty, bool pass_stdin);
 int cmd_fetch(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_effects(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_replay(struct ctx *c, const struct cmd *cmd, struct args *a);

@@ -33,7 +33,8 @@ static const struct flagspec tag_flags[] = { { "at", 0, true }, { "scope", 0, tr
 static const struct flagspec rollback_flags[] = { { "to", 0, true }, { "steps", 0, true }, { NULL, 0, false } };
 static const struct flagspec log_flags[] = { { "max-count", 'n', true }, { NULL, 0, false } };
 static const struct flagspec exec_flags[] = {
-        { "tool", 0, true }, { "timeout", 0, true }, { "idempotency-key", 0, true }, { NULL, 0, false }
+        { "tool", 0, true }, { "timeout", 0, true }, { "idempotency-key", 0, true }, { "tty", 't', false },
+        { "no-stdin", 'n', false }, { NULL, 0, false }
 };
 static const struct flagspec effects_flags[] = { { "limit", 'n', true }, { NULL, 0, false } };
 static const struct flagspec fetch_flags[] = { { "method", 0, true }, { "idempotency-key", 0, true }, { NULL, 0, false } };
@@ -285,18 +286,31 @@ const struct cmd cli_commands[] = {
         {
                 .name = "exec",
                 .group = CLI_GROUP_EFFECTS,
-                .synopsis = "NAME [--tool T] [--timeout S] [--idempotency-key K] -- CMD...",
+                .synopsis = "NAME [-t] [-n] [--tool T] [--timeout S] [--idempotency-key K] -- CMD...",
                 .summary = "run a command in the jail",
-                .help = "Runs CMD in the jail of session NAME (its workspace at /workspace), prints its\n"
-                        "stdout and stderr as they were and exits with its exit code (124 if it timed\n"
-                        "out without one). One word after -- is a shell command line as is; several\n"
-                        "words are quoted one by one and joined. The effect is journaled.\n"
+                .help = "Runs CMD in the jail of session NAME (its workspace at /workspace) and exits\n"
+                        "with its exit code (124 if it timed out without one). Its stdout and stderr\n"
+                        "are written here as it writes them, byte for byte, and this command's stdin\n"
+                        "is its stdin (as ssh does; -n for none). SIGINT, SIGTERM or SIGHUP to ntfs-ctl\n"
+                        "(Ctrl-C without -t), or ntfs-ctl going away, cancels the command: every\n"
+                        "process of it ends, the journal records it failed with reason \"cancelled\",\n"
+                        "and ntfs-ctl exits 128+signal. One word after -- is a shell command line as\n"
+                        "is; several words are quoted one by one and joined. The effect is journaled.\n"
+                        "--json runs it without streaming and prints the whole result at the end\n"
+                        "(output that is not UTF-8 text also as stdout_b64/stderr_b64).\n"
                         "\nOptions:\n"
+                        "  -t, --tty              run it on a terminal in the jail: this terminal in raw\n"
+                        "                         mode, its window size passed on (Ctrl-C then goes to\n"
+                        "                         the command, as in a local terminal)\n"
+                        "  -n, --no-stdin         the command's stdin is /dev/null\n"
                         "  --tool T               bash_read, bash_write (default), bash_build, bash_run\n"
                         "  --timeout S            wall-clock limit in seconds\n"
-                        "  --idempotency-key K    the same key never runs twice (replayed)\n"
+                        "  --idempotency-key K    the same key never runs twice (replayed: the recorded\n"
+                        "                         output is written again)\n"
                         "\nExamples:\n  ntfs-ctl exec main -- make test\n"
-                        "  ntfs-ctl exec main --tool bash_read -- 'ls | wc -l'\n",
+                        "  ntfs-ctl exec main --tool bash_read -- 'ls | wc -l'\n"
+                        "  echo hi | ntfs-ctl exec main -- cat\n"
+                        "  ntfs-ctl exec main -t -- bash\n",
                 .flags = exec_flags,
                 .min_pos = 1,
                 .max_pos = 1,

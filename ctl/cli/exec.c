@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "common/cleanup.h"
+#include "common/util.h"
 #include "ctl/cli/cli.h"
 #include "common/banned.h"
 
@@ -55,6 +56,20 @@ static int shell_quote_append(char **buf, size_t *len, const char *s) {
         return 0;
 }
 
+/* Writes a stream of an exec result as the command wrote it: the exact
+ * bytes of key_b64 when the server sent them, else the text of key. */
+static void print_output(const json_t *j, const char *key, FILE *f) {
+        char k[32];
+        snprintf(k, sizeof k, "%s_b64", key);
+        json_t *b = json_object_get(j, k), *t = json_object_get(j, key);
+        _cleanup_free_ char *raw = NULL;
+        size_t n = 0;
+        if (json_is_string(b) && ntfs_base64_decode(json_string_value(b), json_string_length(b), &raw, &n) == 0)
+                fwrite(raw, 1, n, f);
+        else if (json_is_string(t))
+                fwrite(json_string_value(t), 1, json_string_length(t), f);
+}
+
 int cmd_exec(struct ctx *c, const struct cmd *cmd, struct args *a) {
         if (!a->dashdash || a->nrest == 0)
                 return usage_error(cmd, "exec needs '--' and a command");
@@ -91,6 +106,16 @@ int cmd_exec(struct ctx *c, const struct cmd *cmd, struct args *a) {
                 json_object_set_new(body, "timeout", json_integer((json_int_t)timeout));
         if (key)
                 set_str(body, "idempotency_key", key);
+        bool tty = has_flag(cmd, a, "tty"), no_stdin = has_flag(cmd, a, "no-stdin");
+        if (!c->json) { /* streamed: output as it comes, stdin, -t, signals */
+                int r = exec_stream(c, a->pos[0], body, tty, !no_stdin);
+                json_decref(body);
+                return r;
+        }
+        if (tty) {
+                json_decref(body);
+                return usage_error(cmd, "-t streams to a terminal; --json answers once, at the end");
+        }
         json_t *j = NULL;
         /* No client deadline without --timeout: the server bounds the run. */
         unsigned cms = tmo ? (unsigned)NTFS_MIN((timeout + 60) * 1000, (uint64_t)UINT_MAX) : 0;
@@ -104,13 +129,10 @@ int cmd_exec(struct ctx *c, const struct cmd *cmd, struct args *a) {
         if (c->json)
                 print_json(j);
         else {
-                json_t *so = json_object_get(j, "stdout"), *se = json_object_get(j, "stderr");
                 fflush(stderr);
-                if (json_is_string(so))
-                        fwrite(json_string_value(so), 1, json_string_length(so), stdout);
+                print_output(j, "stdout", stdout);
                 fflush(stdout);
-                if (json_is_string(se))
-                        fwrite(json_string_value(se), 1, json_string_length(se), stderr);
+                print_output(j, "stderr", stderr);
                 fflush(stderr);
                 if (jtrue(j, "stdout_truncated"))
                         fprintf(stderr, "ntfs-ctl: stdout was truncated by the server (truncated)\n");
@@ -128,35 +150,6 @@ int cmd_exec(struct ctx *c, const struct cmd *cmd, struct args *a) {
 }
 
 /* ---- fetch (the gateway, issue 7) ------------------------------------------------------ */
-
-/* Decodes standard base64 (as ntfsd sends a binary body) into a new buffer. */
-static int b64_decode(const char *in, size_t len, unsigned char **ret, size_t *ret_len) {
-        static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        unsigned char *out = malloc(len / 4 * 3 + 3);
-        if (!out)
-                return -ENOMEM;
-        size_t o = 0;
-        uint32_t acc = 0;
-        int bits = 0;
-        for (size_t i = 0; i < len; i++) {
-                if (in[i] == '=')
-                        break;
-                const char *p = memchr(tbl, in[i], 64);
-                if (!p || !in[i]) {
-                        free(out);
-                        return -EINVAL;
-                }
-                acc = (acc << 6) | (uint32_t)(p - tbl);
-                bits += 6;
-                if (bits >= 8) {
-                        bits -= 8;
-                        out[o++] = (unsigned char)(acc >> bits);
-                }
-        }
-        *ret = out;
-        *ret_len = o;
-        return 0;
-}
 
 int cmd_fetch(struct ctx *c, const struct cmd *cmd, struct args *a) {
         const char *method = flag(cmd, a, "method"), *key = flag(cmd, a, "idempotency-key");
@@ -183,9 +176,9 @@ int cmd_fetch(struct ctx *c, const struct cmd *cmd, struct args *a) {
                 json_t *b = json_object_get(j, "body");
                 const char *enc = json_string_value(json_object_get(j, "body_encoding"));
                 if (json_is_string(b) && enc && strcmp(enc, "base64") == 0) {
-                        unsigned char *raw = NULL;
+                        char *raw = NULL;
                         size_t rl = 0;
-                        if (b64_decode(json_string_value(b), json_string_length(b), &raw, &rl) == 0) {
+                        if (ntfs_base64_decode(json_string_value(b), json_string_length(b), &raw, &rl) == 0) {
                                 fwrite(raw, 1, rl, stdout);
                                 free(raw);
                         }

@@ -3,12 +3,16 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -404,4 +408,142 @@ const char *ntfs_client_default_socket(char *buf, size_t len) {
                         return buf;
         }
         return "./.store/ntfsd.sock";
+}
+
+/* ---- protocol upgrade (a raw connection, not libcurl's) ---------------------------------- */
+
+static int upgrade_connect(const char *path) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        if (strlen(path) >= sizeof sa.sun_path)
+                return -ENAMETOOLONG;
+        memcpy(sa.sun_path, path, strlen(path) + 1);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+                int e = errno;
+                close(fd);
+                return e == ENOENT || e == ECONNREFUSED || e == EACCES ? -e : -EIO;
+        }
+        return fd;
+}
+
+static int send_all_fd(int fd, const char *p, size_t n) {
+        while (n > 0) {
+                ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+                if (w < 0 && errno == EINTR)
+                        continue;
+                if (w <= 0)
+                        return -EIO;
+                p += w;
+                n -= (size_t)w;
+        }
+        return 0;
+}
+
+/* Reads from fd into buf until the head's end; *ret_len is what was read
+ * (the head and what followed it). */
+static int read_head(int fd, char *buf, size_t cap, unsigned timeout_ms, size_t *ret_len, size_t *ret_head) {
+        size_t len = 0;
+        int64_t deadline = timeout_ms ? (int64_t)time(NULL) + (timeout_ms + 999) / 1000 : 0;
+        for (;;) {
+                buf[len] = 0;
+                char *e = strstr(buf, "\r\n\r\n");
+                if (e) {
+                        *ret_head = (size_t)(e - buf) + 4;
+                        *ret_len = len;
+                        return 0;
+                }
+                if (len + 1 >= cap)
+                        return -EPROTO;
+                struct pollfd pf = { .fd = fd, .events = POLLIN };
+                int pr = poll(&pf, 1, 1000);
+                if (pr < 0 && errno != EINTR)
+                        return -EIO;
+                if (deadline && (int64_t)time(NULL) > deadline)
+                        return -NTFS_ETIMEOUT;
+                if (pr <= 0)
+                        continue;
+                ssize_t n = recv(fd, buf + len, cap - 1 - len, 0);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        return len ? -EPROTO : -EIO;
+                len += (size_t)n;
+        }
+}
+
+int ntfs_client_upgrade(ntfs_client *c, const char *path, const json_t *body, const char *protocol, int *ret_fd,
+                        void **ret_pre, size_t *ret_pre_len, struct ntfs_client_response *ret) {
+        *ret_fd = -1;
+        *ret_pre = NULL;
+        *ret_pre_len = 0;
+        memset(ret, 0, sizeof *ret);
+        _cleanup_free_ char *b = body ? json_dumps(body, JSON_COMPACT) : strdup("");
+        if (!b)
+                return -ENOMEM;
+        _cleanup_free_ char *req = NULL;
+        int n = asprintf(&req,
+                         "POST %s HTTP/1.1\r\nHost: ntfsd\r\nConnection: Upgrade\r\nUpgrade: %s\r\n"
+                         "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                         path, protocol, strlen(b), b);
+        if (n < 0)
+                return -ENOMEM;
+        int fd = upgrade_connect(c->socket_path);
+        if (fd < 0)
+                return fd;
+        int r = send_all_fd(fd, req, (size_t)n);
+        size_t cap = 1 << 20, len = 0, head = 0;
+        _cleanup_free_ char *buf = r < 0 ? NULL : malloc(cap);
+        if (r >= 0 && !buf)
+                r = -ENOMEM;
+        if (r >= 0)
+                r = read_head(fd, buf, cap, c->timeout_ms, &len, &head);
+        int status = 0;
+        if (r >= 0 && sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
+                r = -EPROTO;
+        if (r < 0) {
+                close(fd);
+                return r;
+        }
+        ret->status = status;
+        if (status == 101) {
+                if (len > head) {
+                        char *pre = malloc(len - head);
+                        if (!pre) {
+                                close(fd);
+                                return -ENOMEM;
+                        }
+                        memcpy(pre, buf + head, len - head);
+                        *ret_pre = pre;
+                        *ret_pre_len = len - head;
+                }
+                *ret_fd = fd;
+                return 0;
+        }
+        /* An answer instead of the upgrade: its body by Content-Length. */
+        size_t clen = 0;
+        for (char *h = strcasestr(buf, "\r\ncontent-length:"); h && h < buf + head; h = NULL)
+                clen = (size_t)strtoull(h + 17, NULL, 10);
+        if (clen > cap - 1 - head)
+                clen = cap - 1 - head;
+        while (len < head + clen) {
+                ssize_t k = recv(fd, buf + len, head + clen - len, 0);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        break;
+                len += (size_t)k;
+        }
+        close(fd);
+        size_t bl = NTFS_MIN(len - head, clen);
+        ret->body = malloc(bl + 1);
+        if (!ret->body)
+                return -ENOMEM;
+        memcpy(ret->body, buf + head, bl);
+        ret->body[bl] = 0;
+        ret->body_len = bl;
+        ret->json = json_loadb(ret->body, bl, 0, NULL);
+        snprintf(ret->content_type, sizeof ret->content_type, "%s", ret->json ? "application/json" : "");
+        return 0;
 }

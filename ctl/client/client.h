@@ -74,6 +74,18 @@ int ntfs_client_call(ntfs_client *c, const char *method, const char *path, const
 int ntfs_client_download(ntfs_client *c, const char *method, const char *path, const json_t *body, int fd,
                          long *ret_status, struct ntfs_client_response *ret);
 
+/* Protocol upgrade on a new connection of its own (e.g. the streaming exec,
+ * docs/protocol.md): POST path with body (JSON, borrowed), 'Connection:
+ * Upgrade' and 'Upgrade: protocol'. On 101, *ret_fd is the connected
+ * socket (the caller's, to close) speaking that protocol, and *ret_pre
+ * (malloc'd, *ret_pre_len bytes, may be NULL) what the server sent past
+ * the head; ret->status is 101. Any other answer fills *ret as a request
+ * would (*ret_fd stays -1). Returns 0 when an answer arrived; transport
+ * errors as for ntfs_client_request (the client's timeout bounds the wait
+ * for the head only). */
+int ntfs_client_upgrade(ntfs_client *c, const char *path, const json_t *body, const char *protocol, int *ret_fd,
+                        void **ret_pre, size_t *ret_pre_len, struct ntfs_client_response *ret);
+
 /* From an error response {"error":{"code","message"}}: borrowed pointers
  * (valid while r lives). Returns 0, or -ENOENT when r holds no such object
  * (code and message then describe the status, e.g. "http_502"). */

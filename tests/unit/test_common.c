@@ -127,6 +127,42 @@ TEST(fault_actions) {
         ASSERT_EQ(ntfs_fault_hits("t.point"), 0u);
 }
 
+TEST(text_and_base64) {
+        ASSERT(ntfs_text_clean("caf\xc3\xa9\n", 6));
+        ASSERT(!ntfs_text_clean("a\0b", 3));
+        ASSERT(!ntfs_text_clean("a\xff" "b", 3));
+        ASSERT(!ntfs_text_clean("\xed\xa0\x80", 3)); /* a surrogate */
+        _cleanup_free_ char *lossy = NULL;
+        size_t n = 0;
+        ASSERT_OK(ntfs_text_lossy("a\0b\xff\xc3(", 6, &lossy, &n)); /* NUL, 0xff, a cut lead byte */
+        ASSERT_STREQ(lossy, "a\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd(");
+        ASSERT_EQ(n, strlen(lossy));
+        /* RFC 4648's vectors, and bytes with NULs both ways */
+        static const char *const vec[][2] = { { "", "" },         { "f", "Zg==" },     { "fo", "Zm8=" },
+                                              { "foo", "Zm9v" },  { "foob", "Zm9vYg==" }, { "fooba", "Zm9vYmE=" },
+                                              { "foobar", "Zm9vYmFy" } };
+        for (size_t i = 0; i < sizeof vec / sizeof vec[0]; i++) {
+                _cleanup_free_ char *e = NULL, *d = NULL;
+                size_t el = 0, dl = 0;
+                ASSERT_OK(ntfs_base64_encode(vec[i][0], strlen(vec[i][0]), &e, &el));
+                ASSERT_STREQ(e, vec[i][1]);
+                ASSERT_OK(ntfs_base64_decode(e, el, &d, &dl));
+                ASSERT_EQ(dl, strlen(vec[i][0]));
+                ASSERT(memcmp(d, vec[i][0], dl) == 0);
+        }
+        _cleanup_free_ char *e = NULL, *d = NULL;
+        size_t dl = 0;
+        ASSERT_OK(ntfs_base64_encode("\0\xff\0", 3, &e, NULL));
+        ASSERT_OK(ntfs_base64_decode(e, strlen(e), &d, &dl));
+        ASSERT(dl == 3 && d[0] == 0 && (unsigned char)d[1] == 0xff && d[2] == 0);
+        char *bad = NULL;
+        ASSERT_ERR(ntfs_base64_decode("Zm9", 3, &bad, NULL), -EINVAL);
+        ASSERT_ERR(ntfs_base64_decode("Zm=v", 4, &bad, NULL), -EINVAL);
+        ASSERT_ERR(ntfs_base64_decode("Zm9v\n", 5, &bad, NULL), -EINVAL);
+        ASSERT_ERR(ntfs_base64_decode("=AAA", 4, &bad, NULL), -EINVAL);
+        ASSERT_ERR(ntfs_base64_decode("Zg==Zg==", 8, &bad, NULL), -EINVAL);
+}
+
 int main(void) {
         RUN(names);
         RUN(hex_roundtrip);
@@ -135,5 +171,6 @@ int main(void) {
         RUN(room_for);
         RUN(errcodes);
         RUN(fault_actions);
+        RUN(text_and_base64);
         return tap_done();
 }

@@ -3,6 +3,7 @@
  * sockets: what curl, a buggy client and a hostile client would send.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -107,6 +108,29 @@ static int h_raw(void *ud, const ntfs_http_request *req, ntfs_http_response *res
         return ntfs_http_respond_raw(resp, 200, "text/plain", req->body, req->body_len);
 }
 
+/* The upgraded protocol: echoes every byte (the early ones first) until EOF. */
+static int echo_upgraded(void *ctx, int fd, const void *pre, size_t pre_len) {
+        if (pre_len && send(fd, pre, pre_len, MSG_NOSIGNAL) != (ssize_t)pre_len)
+                return -EIO;
+        char buf[4096];
+        for (;;) {
+                struct pollfd pf = { .fd = fd, .events = POLLIN };
+                if (poll(&pf, 1, 10000) <= 0)
+                        return -ETIMEDOUT;
+                ssize_t n = recv(fd, buf, sizeof buf, 0);
+                if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                        continue;
+                if (n <= 0)
+                        return 0;
+                if (send(fd, buf, (size_t)n, MSG_NOSIGNAL) != n)
+                        return -EIO;
+        }
+}
+
+static int h_upgrade(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
+        return ntfs_http_respond_upgrade(resp, "echo/1", echo_upgraded, NULL, NULL);
+}
+
 static void free_conn_data(void *ud, void *data) {
         free(data);
         atomic_fetch_add(&conn_data_freed, 1);
@@ -124,6 +148,7 @@ static void make_router(void) {
         ASSERT_OK(ntfs_router_add(router, "GET /v1/whoami", h_whoami, 0));
         ASSERT_OK(ntfs_router_add(router, "GET /v1/export", h_export, 0));
         ASSERT_OK(ntfs_router_add(router, "POST /v1/raw", h_raw, NTFS_ROUTE_RAW_BODY));
+        ASSERT_OK(ntfs_router_add(router, "POST /v1/echo", h_upgrade, 0));
 }
 
 static void server_start_cfg(struct ntfs_http_config *cfg) {
@@ -885,6 +910,62 @@ TEST(streaming_response) {
         server_stop();
 }
 
+TEST(protocol_upgrade) {
+        server_start();
+        struct resp r;
+        /* asked for: 101, then the socket is the handler's, early bytes included */
+        {
+                _cleanup_close_ int fd = xconnect();
+                xsends(fd, "POST /v1/echo HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo/1\r\n"
+                           "Content-Length: 2\r\n\r\n{}early");
+                char head[512] = "";
+                size_t hl = 0;
+                while (hl < 4 || memcmp(head + hl - 4, "\r\n\r\n", 4) != 0) { /* the head alone */
+                        ASSERT(hl < sizeof head - 1);
+                        ASSERT(recv(fd, head + hl, 1, 0) == 1);
+                        hl++;
+                }
+                ASSERT(strncmp(head, "HTTP/1.1 101 ", 13) == 0);
+                ASSERT(strcasestr(head, "\r\nUpgrade: echo/1\r\n"));
+                char buf[32] = "";
+                size_t got = 0;
+                while (got < 5) {
+                        ssize_t n = recv(fd, buf + got, 5 - got, 0);
+                        ASSERT(n > 0);
+                        got += (size_t)n;
+                }
+                ASSERT(memcmp(buf, "early", 5) == 0);
+                xsends(fd, "ping");
+                got = 0;
+                while (got < 4) {
+                        ssize_t n = recv(fd, buf + got, 4 - got, 0);
+                        ASSERT(n > 0);
+                        got += (size_t)n;
+                }
+                ASSERT(memcmp(buf, "ping", 4) == 0);
+                shutdown(fd, SHUT_WR);
+                ASSERT(at_eof(fd));
+        }
+        /* not asked for: 426, and the handler's function never runs */
+        roundtrip("POST /v1/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", &r);
+        ASSERT_EQ(r.status, 426);
+        ASSERT_STREQ(err_code(&r), "upgrade_required");
+        resp_release(&r);
+        /* asked of a route that makes none: an answer, then the close */
+        {
+                _cleanup_close_ int fd = xconnect();
+                xsends(fd, "GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo/1\r\n\r\n"
+                           "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n");
+                read_resp(fd, &r);
+                ASSERT_EQ(r.status, 200);
+                ASSERT(strcasestr(r.head, "Connection: close"));
+                ASSERT(at_eof(fd));
+                resp_release(&r);
+        }
+        health_ok();
+        server_stop();
+}
+
 TEST(conn_data) {
         server_start();
         atomic_store(&conn_data_freed, 0);
@@ -954,6 +1035,7 @@ int main(void) {
         RUN(stale_socket_replaced);
         RUN(expect_continue);
         RUN(streaming_response);
+        RUN(protocol_upgrade);
         RUN(conn_data);
         RUN(stop_with_open_connections);
         ntfs_http_server_free(srv); /* a failed test may leave one running */

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -152,6 +154,107 @@ TEST(run_basic) {
         ntfs_jail_result_release(&r);
 }
 
+TEST(run_binary_output) {
+        struct ntfs_jail_spec s;
+        struct ntfs_jail_result r;
+        spec_init(&s, "printf 'a\\0b\\377\\303('; printf '\\0' >&2");
+        ASSERT_OK(ntfs_jail_run(&s, &r));
+        ASSERT_EQ(r.out_len, 6);
+        ASSERT(memcmp(r.out, "a\0b\xff\xc3(", 6) == 0);
+        ASSERT_EQ(r.err_len, 1);
+        ASSERT_EQ(r.err[0], 0);
+        ntfs_jail_result_release(&r);
+}
+
+/* Reads fd to EOF (or EIO, a pty master's end), on a thread of its own. */
+struct reader {
+        int fd;
+        char *buf;
+        size_t cap, len;
+        pthread_t t;
+};
+
+static void *reader_main(void *arg) {
+        struct reader *rd = arg;
+        for (;;) {
+                ssize_t k = read(rd->fd, rd->buf + rd->len, rd->cap - 1 - rd->len);
+                if (k <= 0)
+                        break;
+                rd->len += (size_t)k;
+        }
+        rd->buf[rd->len] = 0;
+        return NULL;
+}
+
+static void reader_start(struct reader *rd, int fd, size_t cap) {
+        *rd = (struct reader){ .fd = fd, .cap = cap, .buf = malloc(cap) };
+        ASSERT(rd->buf != NULL);
+        ASSERT(pthread_create(&rd->t, NULL, reader_main, rd) == 0);
+}
+
+TEST(run_streams_and_stdin) {
+        int o[2], e[2], in[2];
+        ASSERT(pipe2(o, O_CLOEXEC) == 0 && pipe2(e, O_CLOEXEC) == 0 && pipe2(in, O_CLOEXEC) == 0);
+        ASSERT(write(in[1], "from stdin\n", 11) == 11);
+        close(in[1]);
+        struct reader ro, re;
+        reader_start(&ro, o[0], 4 << 20);
+        reader_start(&re, e[0], 4096);
+        struct ntfs_jail_io io = { .stdout_fd = o[1], .stderr_fd = e[1], .stdin_fd = in[0], .tty_fd = -1 };
+        struct ntfs_jail_spec s;
+        struct ntfs_jail_result r;
+        /* the copy is all of it, the result keeps output_limit */
+        spec_init(&s, "cat; head -c 3000000 /dev/zero; echo err >&2");
+        s.output_limit = 1000;
+        s.io = &io;
+        ASSERT_OK(ntfs_jail_run(&s, &r));
+        close(o[1]);
+        close(e[1]);
+        close(in[0]);
+        pthread_join(ro.t, NULL);
+        pthread_join(re.t, NULL);
+        ASSERT_EQ(r.exit_code, 0);
+        ASSERT(r.out_truncated);
+        ASSERT_EQ(r.out_len, 1000);
+        ASSERT_EQ(ro.len, 11 + 3000000);
+        ASSERT(memcmp(ro.buf, "from stdin\n", 11) == 0);
+        ASSERT_STREQ(re.buf, "err\n");
+        ntfs_jail_result_release(&r);
+        free(ro.buf);
+        free(re.buf);
+        close(o[0]);
+        close(e[0]);
+}
+
+TEST(run_on_a_terminal) {
+        int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+        ASSERT(m >= 0 && grantpt(m) == 0 && unlockpt(m) == 0);
+        int sl = ioctl(m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+        ASSERT(sl >= 0);
+        struct winsize w = { .ws_row = 33, .ws_col = 101 };
+        ASSERT(ioctl(m, TIOCSWINSZ, &w) == 0);
+        struct reader rm;
+        reader_start(&rm, m, 4096);
+        struct ntfs_jail_io io = { .stdout_fd = -1, .stderr_fd = -1, .stdin_fd = -1, .tty_fd = sl };
+        struct ntfs_jail_spec s;
+        struct ntfs_jail_result r;
+        spec_init(&s, "test -t 0 && test -t 1 && test -t 2 && echo TTY; stty size; echo err >&2");
+        s.io = &io;
+        ASSERT_OK(ntfs_jail_run(&s, &r));
+        close(sl);
+        pthread_join(rm.t, NULL);
+        ASSERT_EQ(r.exit_code, 0);
+        ASSERT_EQ(r.out_len, 0);
+        ASSERT_STREQ(rm.buf, "TTY\r\n33 101\r\nerr\r\n");
+        ntfs_jail_result_release(&r);
+        free(rm.buf);
+        close(m);
+        /* a terminal and a stdin pipe at once is a bad spec */
+        io.stdin_fd = 0;
+        io.tty_fd = 1;
+        ASSERT_ERR(ntfs_jail_run(&s, &r), -EINVAL);
+}
+
 TEST(run_signal_and_env) {
         struct ntfs_jail_spec s;
         struct ntfs_jail_result r;
@@ -176,6 +279,70 @@ TEST(run_timeout) {
         ASSERT_EQ(r.exit_code, 124);
         ASSERT(ntfs_mono_ns() - t0 < 5LL * 1000000000);
         ASSERT(r.state_out == NULL);
+        ntfs_jail_result_release(&r);
+}
+
+/* The peer of a socketpair, closed (or only shut for writing) after a delay. */
+struct hangup_peer {
+        int fd;
+        bool only_shut_wr;
+};
+
+static void *hang_up_later(void *arg) {
+        struct hangup_peer *p = arg;
+        usleep(300 * 1000);
+        if (p->only_shut_wr)
+                (void)shutdown(p->fd, SHUT_WR);
+        else
+                close(p->fd);
+        return NULL;
+}
+
+TEST(run_hangup) {
+        /* the client closing its connection ends the run, every process of it */
+        int sv[2];
+        ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        struct hangup_peer peer = { .fd = sv[1] };
+        pthread_t t;
+        ASSERT_EQ(pthread_create(&t, NULL, hang_up_later, &peer), 0);
+        struct ntfs_jail_spec s;
+        struct ntfs_jail_result r;
+        spec_init(&s, "setsid sleep 100 & sleep 100");
+        s.watch_hangup = true;
+        s.hangup_fd = sv[0];
+        int64_t t0 = ntfs_mono_ns();
+        int rr = ntfs_jail_run(&s, &r);
+        int64_t took = ntfs_mono_ns() - t0;
+        pthread_join(t, NULL);
+        ASSERT(rr >= 0 || r.cancelled);
+        ASSERT(r.cancelled);
+        ASSERT(!r.timed_out);
+        ASSERT(took < 5LL * 1000000000);
+        ntfs_jail_result_release(&r);
+        close(sv[0]);
+
+        /* a peer that only stops sending is still there: the run goes on */
+        ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        peer = (struct hangup_peer){ .fd = sv[1], .only_shut_wr = true };
+        ASSERT_EQ(pthread_create(&t, NULL, hang_up_later, &peer), 0);
+        spec_init(&s, "sleep 0.8; echo fine");
+        s.watch_hangup = true;
+        s.hangup_fd = sv[0];
+        ASSERT_OK(ntfs_jail_run(&s, &r));
+        pthread_join(t, NULL);
+        ASSERT(!r.cancelled);
+        ASSERT_EQ(r.exit_code, 0);
+        ASSERT_STREQ(r.out, "fine\n");
+        ntfs_jail_result_release(&r);
+        close(sv[0]);
+        close(sv[1]);
+
+        /* the cancel flag reports the same way */
+        static int flag = 1;
+        spec_init(&s, "sleep 100");
+        s.cancel = &flag;
+        ASSERT(ntfs_jail_run(&s, &r) >= 0 || r.cancelled);
+        ASSERT(r.cancelled);
         ntfs_jail_result_release(&r);
 }
 
@@ -278,8 +445,12 @@ int main(void) {
                 return tap_done();
         }
         RUN(run_basic);
+        RUN(run_binary_output);
+        RUN(run_streams_and_stdin);
+        RUN(run_on_a_terminal);
         RUN(run_signal_and_env);
         RUN(run_timeout);
+        RUN(run_hangup);
         RUN(run_truncate);
         RUN(run_state_carries);
         RUN(run_readonly);

@@ -865,6 +865,28 @@ TEST(redaction) {
         ASSERT_OK(ntfs_journal_effect_get(j, e.id, &g));
         ASSERT_STREQ(g.result_json, "{\"out\":\"key=[REDACTED]\\n\"}");
         ASSERT_STREQ(g.reason, "upstream said: bad key [REDACTED]");
+        /* Inside a _b64 value (a command's exact output): found in the
+         * decoded bytes, replaced there, encoded again; a value that is not
+         * base64 is redacted as text. */
+        {
+                static const char raw[] = "\0" SECRET "\xff";
+                _cleanup_free_ char *b64 = NULL, *res = NULL, *dec = NULL;
+                ASSERT_OK(ntfs_base64_encode(raw, sizeof raw - 1, &b64, NULL));
+                ASSERT(asprintf(&res, "{\"stdout_b64\":\"%s\",\"x_b64\":\"not base64 " SECRET "\"}", b64) > 0);
+                struct ntfs_effect_intent inb = intent("rb", 9, "{}");
+                _cleanup_(ntfs_effect_release) struct ntfs_effect eb = {}, gb = {};
+                ASSERT_OK(ntfs_journal_effect_begin(j, &inb, &eb, NULL));
+                ASSERT_OK(ntfs_journal_effect_finish(j, eb.id, NTFS_EFFECT_DONE, res, NULL, NULL));
+                ASSERT_OK(ntfs_journal_effect_get(j, eb.id, &gb));
+                json_t *o = json_loads(gb.result_json, 0, NULL);
+                json_t *v = json_object_get(o, "stdout_b64");
+                size_t dl = 0;
+                ASSERT_OK(ntfs_base64_decode(json_string_value(v), json_string_length(v), &dec, &dl));
+                ASSERT_EQ(dl, 12);
+                ASSERT(memcmp(dec, "\0[REDACTED]\xff", 12) == 0);
+                ASSERT_STREQ(json_string_value(json_object_get(o, "x_b64")), "not base64 [REDACTED]");
+                json_decref(o);
+        }
         /* A secret written with JSON escapes is still found (decoded first). */
         struct ntfs_effect_intent in2 = intent("r2", 2, "{\"t\":\"\\u0073k-ant-api03-SECRETSECRET\"}");
         _cleanup_(ntfs_effect_release) struct ntfs_effect e2 = {};
