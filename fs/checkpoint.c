@@ -669,6 +669,8 @@ int new_session_at(ntfs_store *st, const char *name, const ntfs_hash *commit, co
         sr.created = ntfs_now_ns();
         sr.bytes = c.bytes;
         sr.inodes = c.inodes;
+        sr.quota_bytes = st->default_quota_bytes;
+        sr.quota_inodes = st->default_quota_inodes;
         if ((r = ws_init_from_commit(st, sr.wsid, &c)) < 0)
                 return r;
         static const ntfs_hash zero;
@@ -695,6 +697,7 @@ static int fork_locked(ntfs_store *st, const char *src, const char *newname, ntf
         ntfs_hash base;
         struct sess_rec sr;
         uint64_t next_linkid = 0;
+        bool from_session = false;
         MDB_val v;
         bool is_tag = db_get(st, st->tags, src, strnlen(src, NTFS_NAME_MAX + 1), &v) == 0;
         if (!is_tag && ntfs_name_valid(src) && sess_get(st, src, &sr) == 0) {
@@ -721,20 +724,22 @@ static int fork_locked(ntfs_store *st, const char *src, const char *newname, ntf
                                 return r;
                 }
                 next_linkid = sr.next_linkid;
+                from_session = true;
         } else if ((r = resolve_locked(st, src, &base, NULL, 0)) < 0) {
                 return r;
         }
         if ((r = new_session_at(st, newname, &base, "fork")) < 0)
                 return r;
-        if (next_linkid) {
+        if (from_session) { /* same workspace: its link ids go on, its quota is kept */
                 struct sess_rec nr;
                 if ((r = sess_get(st, newname, &nr)) < 0)
                         return r;
-                if (nr.next_linkid < next_linkid) {
+                if (nr.next_linkid < next_linkid)
                         nr.next_linkid = next_linkid;
-                        if ((r = sess_put(st, newname, &nr)) < 0)
-                                return r;
-                }
+                nr.quota_bytes = sr.quota_bytes;
+                nr.quota_inodes = sr.quota_inodes;
+                if ((r = sess_put(st, newname, &nr)) < 0)
+                        return r;
         }
         *ret = base;
         return 0;

@@ -202,6 +202,7 @@ struct ntfs_store {
         uint64_t txn_bytes;    /* bytes written in it (to bound its size) */
         uint64_t map_bytes;
         uint64_t reserve_bytes;
+        uint64_t default_quota_bytes, default_quota_inodes; /* ntfs_store_set_default_quota */
         uint64_t ops_since_space_check;
         uint64_t bytes_since_space_check; /* written since (check_space, ws.c) */
         bool low_space;

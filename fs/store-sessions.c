@@ -96,6 +96,14 @@ int ntfs_session_list(ntfs_store *st, int (*cb)(const struct ntfs_session_info *
         return r;
 }
 
+void ntfs_store_set_default_quota(ntfs_store *st, uint64_t bytes, uint64_t inodes) {
+        if (store_enter(st) < 0)
+                return;
+        st->default_quota_bytes = bytes;
+        st->default_quota_inodes = inodes;
+        store_leave(st);
+}
+
 int ntfs_session_set_quota(ntfs_store *st, const char *name, uint64_t bytes, uint64_t inodes) {
         int r = store_enter(st);
         if (r < 0)

@@ -150,6 +150,11 @@ int ntfs_session_get(ntfs_store *st, const char *name, struct ntfs_session_info 
 /* Calls cb for each session in name order; cb returning non-zero stops. */
 int ntfs_session_list(ntfs_store *st, int (*cb)(const struct ntfs_session_info *, void *), void *ud);
 int ntfs_session_set_quota(ntfs_store *st, const char *name, uint64_t bytes, uint64_t inodes);
+/* The quota every session made from now on starts with (0 = unlimited, the
+ * default): sessions made by create, clone, trunk or seed; a fork of a live
+ * session keeps its source's quota instead. Not persistent: ntfsd sets it
+ * from the policy's [limits] at start. */
+void ntfs_store_set_default_quota(ntfs_store *st, uint64_t bytes, uint64_t inodes);
 
 /* Checkpoint: commits the working state of session name. Cost grows with
  * what changed since the last checkpoint (and tree depth), not workspace

@@ -41,6 +41,7 @@ struct ntfs_policy {
         struct ntfs_credential creds[NTFS_POLICY_MAX_CREDENTIALS];
         size_t n_creds;
         struct ntfs_llm_settings llm;
+        struct ntfs_session_limits limits;
 };
 
 static const struct ntfs_tool_spec builtin_tools[NTFS_TOOL_COUNT] = {
@@ -119,6 +120,12 @@ static ntfs_policy *policy_alloc(void) {
         p->llm.max_attempts = 4;
         p->llm.max_total_ms = 180 * 1000;
         p->llm.retry_base_ms = 1000;
+        p->limits = (struct ntfs_session_limits){ .memory_bytes = NTFS_LIMITS_DEFAULT_MEMORY,
+                                                  .pids = NTFS_LIMITS_DEFAULT_PIDS,
+                                                  .cpu_percent = NTFS_LIMITS_DEFAULT_CPU,
+                                                  .tmp_bytes = NTFS_LIMITS_DEFAULT_TMP,
+                                                  .workspace_bytes = NTFS_LIMITS_DEFAULT_WORKSPACE_BYTES,
+                                                  .workspace_inodes = NTFS_LIMITS_DEFAULT_WORKSPACE_INODES };
         return p;
 }
 
@@ -176,7 +183,7 @@ int ntfs_policy_new_default(ntfs_policy **ret) {
 
 /* ---- parser ----------------------------------------------------------- */
 
-enum section_kind { SEC_NONE, SEC_TOOL, SEC_RULES, SEC_FETCH, SEC_CREDENTIAL, SEC_LLM };
+enum section_kind { SEC_NONE, SEC_TOOL, SEC_RULES, SEC_FETCH, SEC_CREDENTIAL, SEC_LLM, SEC_LIMITS };
 
 struct parser {
         ntfs_policy *p;
@@ -186,7 +193,7 @@ struct parser {
         struct ntfs_tool_spec *tool;
         struct ruleset *rules;
         struct ntfs_credential *cred;
-        bool seen_fetch, seen_llm;
+        bool seen_fetch, seen_llm, seen_limits;
         bool seen_tool[NTFS_TOOL_COUNT];
         unsigned n_sections;
         char *why;
@@ -504,6 +511,13 @@ static int start_section(struct parser *ps, char *hdr) {
                         return perr(ps, "[%s]: section repeated", kind);
                 *seen = true;
                 ps->sec = fetch ? SEC_FETCH : SEC_LLM;
+        } else if (strcmp(kind, "limits") == 0) {
+                if (arg)
+                        return perr(ps, "[limits] takes no argument");
+                if (ps->seen_limits)
+                        return perr(ps, "[limits]: section repeated");
+                ps->seen_limits = true;
+                ps->sec = SEC_LIMITS;
         } else if (strcmp(kind, "credential") == 0) {
                 if (!arg)
                         return perr(ps, "[credential] needs a host");
@@ -604,6 +618,41 @@ static int kv_fetch(struct parser *ps, const char *key, char *v) {
                 return 0;
         }
         return perr(ps, "unknown key '%s' in [fetch]", key);
+}
+
+static int kv_limits(struct parser *ps, const char *key, char *v) {
+        struct ntfs_session_limits *l = &ps->p->limits;
+        if (strcmp(key, "memory") == 0)
+                return get_size(ps, key, v, &l->memory_bytes);
+        if (strcmp(key, "pids") == 0)
+                return get_count(ps, key, v, 1 << 22, &l->pids);
+        if (strcmp(key, "cpu") == 0) {
+                /* percent of one core; "200" or "200%" */
+                char num[32];
+                size_t n = strlen(v);
+                if (n && v[n - 1] == '%')
+                        n--;
+                if (n >= sizeof num)
+                        return perr(ps, "cpu: '%s' is not a percentage in 0..100000", v);
+                memcpy(num, v, n);
+                num[n] = 0;
+                uint64_t c;
+                if (ntfs_parse_u64(num, 100000, &c) < 0)
+                        return perr(ps, "cpu: '%s' is not a percentage in 0..100000", v);
+                l->cpu_percent = (unsigned)c;
+                return 0;
+        }
+        if (strcmp(key, "tmp_size") == 0) {
+                int r = get_size(ps, key, v, &l->tmp_bytes);
+                if (r == 0 && (l->tmp_bytes < (1ULL << 20) || l->tmp_bytes > (1ULL << 40)))
+                        return perr(ps, "tmp_size: between 1M and 1T");
+                return r;
+        }
+        if (strcmp(key, "workspace_bytes") == 0)
+                return get_size(ps, key, v, &l->workspace_bytes);
+        if (strcmp(key, "workspace_inodes") == 0)
+                return get_count(ps, key, v, UINT64_MAX - 1, &l->workspace_inodes);
+        return perr(ps, "unknown key '%s' in [limits]", key);
 }
 
 static int kv_credential(struct parser *ps, const char *key, char *v) {
@@ -716,6 +765,8 @@ static int parse_line(struct parser *ps, char *line) {
                 return kv_credential(ps, key, v);
         case SEC_LLM:
                 return kv_llm(ps, key, v);
+        case SEC_LIMITS:
+                return kv_limits(ps, key, v);
         }
         return perr(ps, "internal parser state");
 }
@@ -996,6 +1047,10 @@ size_t ntfs_policy_credentials(const ntfs_policy *p, const struct ntfs_credentia
 
 const struct ntfs_llm_settings *ntfs_policy_llm(const ntfs_policy *p) {
         return &p->llm;
+}
+
+const struct ntfs_session_limits *ntfs_policy_limits(const ntfs_policy *p) {
+        return &p->limits;
 }
 
 bool ntfs_policy_host_allowed(const ntfs_policy *p, const char *host) {

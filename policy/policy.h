@@ -210,6 +210,24 @@ const struct ntfs_credential *ntfs_policy_credential(const ntfs_policy *p, const
 size_t ntfs_policy_credentials(const ntfs_policy *p, const struct ntfs_credential **ret);
 const struct ntfs_llm_settings *ntfs_policy_llm(const ntfs_policy *p);
 
+/* A session's resources ([limits]; docs/policy.md "Limits"), on by default.
+ * 0 means no limit for that resource. */
+struct ntfs_session_limits {
+        uint64_t memory_bytes;     /* every concurrent call of a session together (one cgroup) */
+        uint64_t pids;             /* the same, processes and threads */
+        unsigned cpu_percent;      /* the same, CPU time: 100 = one core */
+        uint64_t tmp_bytes;        /* each call's private /tmp (never 0) */
+        uint64_t workspace_bytes;  /* the store's quota a new session starts with */
+        uint64_t workspace_inodes;
+};
+#define NTFS_LIMITS_DEFAULT_MEMORY (4ULL << 30)
+#define NTFS_LIMITS_DEFAULT_PIDS 1024
+#define NTFS_LIMITS_DEFAULT_CPU 100
+#define NTFS_LIMITS_DEFAULT_TMP (64ULL << 20)
+#define NTFS_LIMITS_DEFAULT_WORKSPACE_BYTES (10ULL << 30)
+#define NTFS_LIMITS_DEFAULT_WORKSPACE_INODES 1000000
+const struct ntfs_session_limits *ntfs_policy_limits(const ntfs_policy *p);
+
 /* Host allow-list match: exact (case-insensitive) or "*.suffix" (matches any
  * name ending in ".suffix" with at least one more label; not the suffix
  * itself). A host with a trailing dot is refused. */

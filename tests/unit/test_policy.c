@@ -438,6 +438,39 @@ TEST(counters) {
         ASSERT_ERR(ntfs_quota_usage_charge(&u, "nope", 0, 0), -NTFS_ENOTFOUND);
 }
 
+/* [limits]: the defaults, each key, and its errors. */
+TEST(session_limits) {
+        ntfs_policy *p = NULL;
+        ASSERT_OK(ntfs_policy_new_default(&p));
+        const struct ntfs_session_limits *l = ntfs_policy_limits(p);
+        ASSERT_EQ(l->memory_bytes, 4ULL << 30);
+        ASSERT_EQ(l->pids, 1024);
+        ASSERT_EQ(l->cpu_percent, 100);
+        ASSERT_EQ(l->tmp_bytes, 64ULL << 20);
+        ASSERT_EQ(l->workspace_bytes, 10ULL << 30);
+        ASSERT_EQ(l->workspace_inodes, 1000000);
+        ntfs_policy_free(p);
+        static const char text[] = "[limits]\nmemory = 512M\npids = 0\ncpu = 250%\ntmp_size = 1G\n"
+                                   "workspace_bytes = 0\nworkspace_inodes = 5000\n";
+        char why[256];
+        ASSERT_OK(ntfs_policy_parse(text, strlen(text), &p, why, sizeof why));
+        l = ntfs_policy_limits(p);
+        ASSERT_EQ(l->memory_bytes, 512ULL << 20);
+        ASSERT_EQ(l->pids, 0);
+        ASSERT_EQ(l->cpu_percent, 250);
+        ASSERT_EQ(l->tmp_bytes, 1ULL << 30);
+        ASSERT_EQ(l->workspace_bytes, 0);
+        ASSERT_EQ(l->workspace_inodes, 5000);
+        ntfs_policy_free(p);
+        parse_bad("[limits]\ncpu = 100001\n", 2, "not a percentage");
+        parse_bad("[limits]\ncpu = %\n", 2, "not a percentage");
+        parse_bad("[limits]\ntmp_size = 4K\n", 2, "between 1M and 1T");
+        parse_bad("[limits]\nmemory = lots\n", 2, "is not a size");
+        parse_bad("[limits]\nswap = 1G\n", 2, "unknown key 'swap' in [limits]");
+        parse_bad("[limits x]\n", 1, "takes no argument");
+        parse_bad("[limits]\n[limits]\n", 2, "section repeated");
+}
+
 int main(void) {
         RUN(registry_defaults);
         RUN(parse_full);
@@ -448,5 +481,6 @@ int main(void) {
         RUN(decisions_l1);
         RUN(decisions_l2);
         RUN(counters);
+        RUN(session_limits);
         return tap_done();
 }
