@@ -146,7 +146,54 @@ static void remove_dir(char **dir) {
         *dir = NULL;
 }
 
-static int try_v2(struct jail_cgroup *cg, const char *name, uint64_t memory, uint64_t pids, unsigned cpu) {
+/* The group's directory under base, made when missing (a run of the same
+ * group may have made it, or be about to remove it: see make_run_dir). */
+static int group_dir(const char *base, const struct jail_cgroup_group *g, char **ret) {
+        char dir[PATH_MAX];
+        int n = snprintf(dir, sizeof dir, "%s/%s", base, g->name);
+        if (n < 0 || (size_t)n >= sizeof dir)
+                return -ENAMETOOLONG;
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+                return -errno;
+        *ret = strdup(dir);
+        return *ret ? 0 : -ENOMEM;
+}
+
+/* The run's directory: base/name, or base/GROUP/name with the group made
+ * first. The last run of a group removes the group's directory when it
+ * ends (jail_cgroup_destroy); one starting meanwhile finds it gone between
+ * the two mkdirs (ENOENT) and makes it again. v2: the group hands its
+ * controllers down. */
+static int make_run_dir(const char *base, const struct jail_cgroup_group *g, const char *name, bool v2,
+                        char **ret_group, char **ret_run) {
+        if (!g)
+                return make_dir(base, name, ret_run);
+        for (int i = 0; i < 16; i++) {
+                free(*ret_group);
+                *ret_group = NULL;
+                int r = group_dir(base, g, ret_group);
+                if (r < 0)
+                        return r;
+                if (v2) {
+                        (void)write_str(*ret_group, "cgroup.subtree_control", "+memory");
+                        (void)write_str(*ret_group, "cgroup.subtree_control", "+pids");
+                        (void)write_str(*ret_group, "cgroup.subtree_control", "+cpu");
+                }
+                r = make_dir(*ret_group, name, ret_run);
+                if (r != -ENOENT)
+                        return r;
+        }
+        return -ENOENT;
+}
+
+static bool write_u64(const char *dir, const char *file, uint64_t v) {
+        char s[32];
+        snprintf(s, sizeof s, "%llu", (unsigned long long)v);
+        return write_str(dir, file, s) >= 0;
+}
+
+static int try_v2(struct jail_cgroup *cg, const char *name, uint64_t memory, uint64_t pids, unsigned cpu,
+                  const struct jail_cgroup_group *g) {
         _cleanup_free_ char *base = NULL, *ctrls = NULL;
         if (own_cgroup_dir("cgroup2", NULL, &base) < 0)
                 return -ENOENT;
@@ -160,66 +207,132 @@ static int try_v2(struct jail_cgroup *cg, const char *name, uint64_t memory, uin
         (void)write_str(base, "cgroup.subtree_control", "+pids");
         if (has_token(ctrls, "cpu", " \n"))
                 (void)write_str(base, "cgroup.subtree_control", "+cpu");
-        int r = make_dir(base, name, &cg->v2);
-        if (r < 0)
+        int r = make_run_dir(base, g, name, true, &cg->g_v2, &cg->v2);
+        if (r < 0) {
+                remove_dir(&cg->g_v2);
                 return r;
+        }
         _cleanup_free_ char *mine = NULL;
         if (read_small(cg->v2, "cgroup.controllers", &mine) < 0 || !has_token(mine, "memory", " \n")) {
                 remove_dir(&cg->v2);
+                remove_dir(&cg->g_v2);
                 return -ENOENT;
         }
         cg->version = 2;
         char v[64];
         if (memory) {
-                snprintf(v, sizeof v, "%llu", (unsigned long long)memory);
-                cg->memory = write_str(cg->v2, "memory.max", v) >= 0;
+                cg->memory = write_u64(cg->v2, "memory.max", memory);
                 (void)write_str(cg->v2, "memory.swap.max", "0");
         }
-        if (pids && has_token(mine, "pids", " \n")) {
-                snprintf(v, sizeof v, "%llu", (unsigned long long)pids);
-                cg->pids = write_str(cg->v2, "pids.max", v) >= 0;
-        }
+        if (pids && has_token(mine, "pids", " \n"))
+                cg->pids = write_u64(cg->v2, "pids.max", pids);
         if (cpu && has_token(mine, "cpu", " \n")) {
                 snprintf(v, sizeof v, "%u 100000", cpu * 1000);
                 cg->cpu = write_str(cg->v2, "cpu.max", v) >= 0;
         }
+        if (cg->g_v2) {
+                if (g->memory) {
+                        cg->g_memory = write_u64(cg->g_v2, "memory.max", g->memory);
+                        (void)write_str(cg->g_v2, "memory.swap.max", "0");
+                }
+                if (g->pids && has_token(mine, "pids", " \n"))
+                        cg->g_pids = write_u64(cg->g_v2, "pids.max", g->pids);
+                if (g->cpu && has_token(mine, "cpu", " \n")) {
+                        snprintf(v, sizeof v, "%u 100000", g->cpu * 1000);
+                        cg->g_cpu = write_str(cg->g_v2, "cpu.max", v) >= 0;
+                }
+        }
         return 0;
 }
 
-static void try_v1(struct jail_cgroup *cg, const char *name, uint64_t memory, uint64_t pids, unsigned cpu) {
+/* One v1 hierarchy: the run's directory (and the group's) under this
+ * process's cgroup in the hierarchy carrying controller. */
+static bool v1_dirs(const char *controller, const char *name, const struct jail_cgroup_group *g, char **ret_group,
+                    char **ret_run) {
+        _cleanup_free_ char *base = NULL;
+        if (own_cgroup_dir("cgroup", controller, &base) < 0)
+                return false;
+        if (make_run_dir(base, g, name, false, ret_group, ret_run) < 0) {
+                remove_dir(ret_group);
+                return false;
+        }
+        return true;
+}
+
+static void try_v1(struct jail_cgroup *cg, const char *name, uint64_t memory, uint64_t pids, unsigned cpu,
+                   const struct jail_cgroup_group *g) {
         char v[64];
-        _cleanup_free_ char *bm = NULL, *bp = NULL, *bc = NULL;
-        if (own_cgroup_dir("cgroup", "memory", &bm) >= 0 && make_dir(bm, name, &cg->v1_memory) >= 0 && memory) {
-                snprintf(v, sizeof v, "%llu", (unsigned long long)memory);
-                cg->memory = write_str(cg->v1_memory, "memory.limit_in_bytes", v) >= 0;
-                /* Swap counts too where accounted (memsw >= limit). */
-                (void)write_str(cg->v1_memory, "memory.memsw.limit_in_bytes", v);
+        if (v1_dirs("memory", name, g, &cg->g_v1_memory, &cg->v1_memory)) {
+                if (memory) {
+                        cg->memory = write_u64(cg->v1_memory, "memory.limit_in_bytes", memory);
+                        /* Swap counts too where accounted (memsw >= limit). */
+                        (void)write_u64(cg->v1_memory, "memory.memsw.limit_in_bytes", memory);
+                }
+                if (cg->g_v1_memory && g->memory) {
+                        /* memsw may not go below the limit: raise, set, lower */
+                        cg->g_memory = write_u64(cg->g_v1_memory, "memory.limit_in_bytes", g->memory);
+                        (void)write_u64(cg->g_v1_memory, "memory.memsw.limit_in_bytes", g->memory);
+                        if (!cg->g_memory)
+                                cg->g_memory = write_u64(cg->g_v1_memory, "memory.limit_in_bytes", g->memory);
+                }
         }
-        if (own_cgroup_dir("cgroup", "pids", &bp) >= 0 && make_dir(bp, name, &cg->v1_pids) >= 0 && pids) {
-                snprintf(v, sizeof v, "%llu", (unsigned long long)pids);
-                cg->pids = write_str(cg->v1_pids, "pids.max", v) >= 0;
+        if (v1_dirs("pids", name, g, &cg->g_v1_pids, &cg->v1_pids)) {
+                if (pids)
+                        cg->pids = write_u64(cg->v1_pids, "pids.max", pids);
+                if (cg->g_v1_pids && g->pids)
+                        cg->g_pids = write_u64(cg->g_v1_pids, "pids.max", g->pids);
         }
-        if (cpu && own_cgroup_dir("cgroup", "cpu", &bc) >= 0 && make_dir(bc, name, &cg->v1_cpu) >= 0) {
-                snprintf(v, sizeof v, "%u", cpu * 1000);
-                cg->cpu = write_str(cg->v1_cpu, "cpu.cfs_period_us", "100000") >= 0 &&
-                          write_str(cg->v1_cpu, "cpu.cfs_quota_us", v) >= 0;
+        if ((cpu || (g && g->cpu)) && v1_dirs("cpu", name, g, &cg->g_v1_cpu, &cg->v1_cpu)) {
+                if (cpu) {
+                        snprintf(v, sizeof v, "%u", cpu * 1000);
+                        cg->cpu = write_str(cg->v1_cpu, "cpu.cfs_period_us", "100000") >= 0 &&
+                                  write_str(cg->v1_cpu, "cpu.cfs_quota_us", v) >= 0;
+                }
+                if (cg->g_v1_cpu && g->cpu) {
+                        snprintf(v, sizeof v, "%u", g->cpu * 1000);
+                        cg->g_cpu = write_str(cg->g_v1_cpu, "cpu.cfs_period_us", "100000") >= 0 &&
+                                    write_str(cg->g_v1_cpu, "cpu.cfs_quota_us", v) >= 0;
+                }
         }
+        /* CPU used, for the report: only for grouped runs (ntfsd's), which
+         * can afford one more mkdir. */
+        if (g)
+                (void)v1_dirs("cpuacct", name, g, &cg->g_v1_cpuacct, &cg->v1_cpuacct);
         if (cg->v1_memory || cg->v1_pids || cg->v1_cpu)
                 cg->version = 1;
 }
 
 int jail_cgroup_create(struct jail_cgroup *cg, const char *name, uint64_t memory, uint64_t pids,
-                       unsigned cpu_percent) {
+                       unsigned cpu_percent, const struct jail_cgroup_group *group) {
         *cg = (struct jail_cgroup){ 0 };
-        if (try_v2(cg, name, memory, pids, cpu_percent) < 0)
-                try_v1(cg, name, memory, pids, cpu_percent);
+        if (try_v2(cg, name, memory, pids, cpu_percent, group) < 0)
+                try_v1(cg, name, memory, pids, cpu_percent, group);
         return 0;
+}
+
+int64_t jail_cgroup_cpu_ns(const struct jail_cgroup *cg) {
+        _cleanup_free_ char *s = NULL;
+        if (cg->v2) {
+                if (read_small(cg->v2, "cpu.stat", &s) < 0)
+                        return -1;
+                for (char *save = NULL, *l = strtok_r(s, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+                        uint64_t us;
+                        if (strncmp(l, "usage_usec ", 11) == 0 && ntfs_parse_u64(l + 11, INT64_MAX / 1000, &us) == 0)
+                                return (int64_t)us * 1000;
+                }
+                return -1;
+        }
+        if (!cg->v1_cpuacct || read_small(cg->v1_cpuacct, "cpuacct.usage", &s) < 0)
+                return -1;
+        s[strcspn(s, "\n")] = 0;
+        uint64_t ns;
+        return ntfs_parse_u64(s, INT64_MAX, &ns) == 0 ? (int64_t)ns : -1;
 }
 
 int jail_cgroup_attach(const struct jail_cgroup *cg, pid_t pid) {
         char v[32];
         snprintf(v, sizeof v, "%d", (int)pid);
-        const char *dirs[] = { cg->v2, cg->v1_memory, cg->v1_pids, cg->v1_cpu };
+        const char *dirs[] = { cg->v2, cg->v1_memory, cg->v1_pids, cg->v1_cpu, cg->v1_cpuacct };
         for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
                 if (!dirs[i])
                         continue;
@@ -254,6 +367,8 @@ void jail_cgroup_kill(const struct jail_cgroup *cg) {
                 kill_listed(cg->v1_memory);
         if (cg->v1_cpu)
                 kill_listed(cg->v1_cpu);
+        if (cg->v1_cpuacct)
+                kill_listed(cg->v1_cpuacct);
 }
 
 static bool counter_positive(const char *dir, const char *file, const char *key) {
@@ -281,6 +396,16 @@ void jail_cgroup_destroy(struct jail_cgroup *cg) {
         remove_dir(&cg->v1_memory);
         remove_dir(&cg->v1_pids);
         remove_dir(&cg->v1_cpu);
+        remove_dir(&cg->v1_cpuacct);
+        /* The group's directories go with the group's last run: busy
+         * (another run of the group is in it) is left alone. */
+        char **gd[] = { &cg->g_v2, &cg->g_v1_memory, &cg->g_v1_pids, &cg->g_v1_cpu, &cg->g_v1_cpuacct };
+        for (size_t i = 0; i < ARRAY_SIZE(gd); i++) {
+                if (*gd[i])
+                        (void)rmdir(*gd[i]);
+                free(*gd[i]);
+                *gd[i] = NULL;
+        }
         *cg = (struct jail_cgroup){ 0 };
 }
 
@@ -289,7 +414,7 @@ int jail_cgroup_probe(struct ntfs_jail_caps *caps) {
         static const char tag[] = "ntfs-jail-probe";
         snprintf(name, sizeof name, "%s-%d-%lld", tag, (int)getpid(), (long long)ntfs_mono_ns());
         struct jail_cgroup cg;
-        int r = jail_cgroup_create(&cg, name, 1ULL << 30, 64, 100);
+        int r = jail_cgroup_create(&cg, name, 1ULL << 30, 64, 100, NULL);
         if (r < 0)
                 return r;
         caps->cgroup_version = cg.version;

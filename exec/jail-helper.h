@@ -25,6 +25,9 @@ struct opts {
         int net;
         uint64_t timeout_ms, output_limit, memory, pids, tmp_bytes, as_bytes, fsize;
         unsigned cpu;
+        const char *group; /* --group: the runs sharing group_* limits (cgroup.c) */
+        uint64_t group_memory, group_pids;
+        unsigned group_cpu;
         const char *env[NTFS_JAIL_ENV_MAX];
         size_t n_env;
         const char *state_in, *state_out;

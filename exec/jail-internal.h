@@ -62,8 +62,19 @@ int jbuf_json_output(struct jbuf *b, const char *key, const char *s, size_t n);
 struct jail_cgroup {
         int version;            /* 0: none, 1, 2 */
         char *v2;               /* v2: the run's directory */
-        char *v1_memory, *v1_pids, *v1_cpu; /* v1: the run's directories */
+        char *v1_memory, *v1_pids, *v1_cpu, *v1_cpuacct; /* v1: the run's directories */
         bool memory, pids, cpu; /* limits in force */
+        /* The group's directories (--group), each the parent of the run's
+         * directory in its hierarchy; removed at the end when empty. */
+        char *g_v2, *g_v1_memory, *g_v1_pids, *g_v1_cpu, *g_v1_cpuacct;
+        bool g_memory, g_pids, g_cpu; /* the group's limits in force */
+};
+
+/* A group of runs sharing limits (a session's: docs/jail.md, "Groups"). */
+struct jail_cgroup_group {
+        const char *name;  /* a directory name under the helper's own cgroup */
+        uint64_t memory, pids;
+        unsigned cpu;      /* 0: no limit for that resource */
 };
 
 /* Creates the per-run cgroup(s) named name under this process's own cgroup
@@ -72,7 +83,10 @@ struct jail_cgroup {
  * lacks is left out and its flag stays false. Returns 0 or -errno for a
  * hard failure (e.g. out of memory). */
 int jail_cgroup_create(struct jail_cgroup *cg, const char *name, uint64_t memory, uint64_t pids,
-                       unsigned cpu_percent);
+                       unsigned cpu_percent, const struct jail_cgroup_group *group);
+/* CPU time the run's processes used (v2 cpu.stat, v1 cpuacct.usage), in ns;
+ * -1 when no counter is there. Read before jail_cgroup_destroy. */
+int64_t jail_cgroup_cpu_ns(const struct jail_cgroup *cg);
 /* Moves the calling process into every directory of cg. */
 int jail_cgroup_enter(const struct jail_cgroup *cg);
 /* Moves process pid (of the caller's pid namespace; 0: the caller) into

@@ -116,6 +116,13 @@ static int validate(const struct ntfs_jail_spec *s) {
         }
         if (s->state_in && strlen(s->state_in) > JAIL_STATE_MAX)
                 return -EINVAL;
+        if (s->group) { /* the helper's rule (ntfs-jail.c group_name_valid) */
+                size_t gl = strlen(s->group);
+                if (gl == 0 || gl > 100 || strspn(s->group, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                                           "0123456789._-") != gl ||
+                    strcmp(s->group, ".") == 0 || strcmp(s->group, "..") == 0)
+                        return -EINVAL;
+        }
         if (s->proxy_socket && (s->proxy_socket[0] != '/' || strlen(s->proxy_socket) >= 4096 ||
                                 s->proxy_port > 65535))
                 return -EINVAL;
@@ -251,6 +258,11 @@ static int parse_result(const char *buf, size_t len, struct ntfs_jail_result *r)
         r->limit_memory = jbool(lim, "memory");
         r->limit_pids = jbool(lim, "pids");
         r->limit_cpu = jbool(lim, "cpu");
+        r->limit_group_memory = jbool(lim, "group_memory");
+        r->limit_group_pids = jbool(lim, "group_pids");
+        r->limit_group_cpu = jbool(lim, "group_cpu");
+        json_t *cpu = json_object_get(root, "cpu_ns");
+        r->cpu_ns = json_is_integer(cpu) ? (int64_t)json_integer_value(cpu) : -1;
         ret = output_bytes(root, "stdout", &r->out, &r->out_len);
         if (ret >= 0)
                 ret = output_bytes(root, "stderr", &r->err, &r->err_len);
@@ -318,6 +330,16 @@ int ntfs_jail_run(const struct ntfs_jail_spec *spec, struct ntfs_jail_result *re
                 arg_num(&a, "--memory", spec->memory_bytes);
         if (spec->pids)
                 arg_num(&a, "--pids", spec->pids);
+        if (spec->group) {
+                arg(&a, "--group");
+                arg(&a, spec->group);
+                if (spec->group_memory)
+                        arg_num(&a, "--group-memory", spec->group_memory);
+                if (spec->group_pids)
+                        arg_num(&a, "--group-pids", spec->group_pids);
+                if (spec->group_cpu)
+                        arg_num(&a, "--group-cpu", spec->group_cpu);
+        }
         if (spec->cpu_percent)
                 arg_num(&a, "--cpu", spec->cpu_percent);
         if (spec->tmp_bytes)

@@ -67,6 +67,14 @@ struct ntfs_jail_spec {
         uint64_t pids;           /* cgroup pids limit; 0 = helper default (512) */
         unsigned cpu_percent;    /* cgroup cpu quota, 100 = one core; 0 = none */
         uint64_t tmp_bytes;      /* size of the private /tmp; 0 = default (64 MiB) */
+        /* A group of runs sharing limits (ntfsd: one per session): each
+         * run's cgroup is made under the group's, whose limits count every
+         * concurrent run of the group together. NULL: none. The name: 1-100
+         * of A-Z a-z 0-9 . _ -. 0 = no group limit for that resource. */
+        const char *group;
+        uint64_t group_memory;
+        uint64_t group_pids;
+        unsigned group_cpu;      /* 100 = one core */
         const char *const *env;  /* extra "K=V", NULL-terminated, or NULL */
         /* Egress proxy (ntfsd's, docs/gateway.md): when proxy_socket is set
          * (an absolute path of a listening Unix stream socket on the host),
@@ -107,6 +115,8 @@ struct ntfs_jail_result {
         char *state_out;     /* new shell state blob, or NULL if the shell did not save it */
         char *reason;        /* why the jail failed (ntfs_jail_run returned < 0), or NULL */
         bool limit_memory, limit_pids, limit_cpu; /* cgroup limits in force for this run */
+        bool limit_group_memory, limit_group_pids, limit_group_cpu; /* the group's, in force */
+        int64_t cpu_ns;      /* CPU time the run's processes used (cgroup counter), -1: unknown */
         /* Processes the seccomp filter killed (a foreign syscall ABI: the
          * helper names the syscall and kills the caller with SIGKILL), and
          * who: "pid 3, which called x32 getpid; ..." or NULL. Each kill is

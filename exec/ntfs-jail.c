@@ -29,6 +29,7 @@
  * Killing P1 tears down the whole pid namespace, so a timeout reaches every
  * process of the command, whatever it did with sessions or double forks.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -145,6 +146,7 @@ static void usage(void) {
               "                 [--state-in FILE|-] [--state-out FILE] [--json] [--die-with-parent]\n"
               "                 [--no-direct] [--stream] [--stdin | --tty]\n"
               "                 [--proxy-socket PATH [--proxy-port N]]\n"
+              "                 [--group NAME [--group-memory BYTES] [--group-pids N] [--group-cpu PERCENT]]\n"
               "                 -- COMMAND...\n"
               "       ntfs-jail --probe\n",
               stderr);
@@ -167,6 +169,18 @@ static uint64_t parse_timeout(const struct opts *o, const char *v) {
         if (errno || *end || end == v || !(d > 0) || d > 86400.0 * 7)
                 die(o, "--timeout: expected seconds (0 < SEC <= 604800)");
         return (uint64_t)(d * 1000.0 + 0.5);
+}
+
+/* A cgroup directory name: no path, nothing a shell or the kernel reads
+ * specially. */
+static bool group_name_valid(const char *s) {
+        size_t n = strlen(s);
+        if (n == 0 || n > 100 || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!isalnum((unsigned char)s[i]) && !strchr("._-", s[i]))
+                        return false;
+        return true;
 }
 
 static void parse_args(int argc, char **argv, struct opts *o) {
@@ -222,6 +236,16 @@ static void parse_args(int argc, char **argv, struct opts *o) {
                                 o->pids = num(o, a, v, 1 << 22);
                         else if (strcmp(a, "--cpu") == 0)
                                 o->cpu = (unsigned)num(o, a, v, 100000);
+                        else if (strcmp(a, "--group") == 0) {
+                                if (!group_name_valid(v))
+                                        die(o, "--group: 1-100 of A-Z a-z 0-9 . _ -, not . or ..");
+                                o->group = v;
+                        } else if (strcmp(a, "--group-memory") == 0)
+                                o->group_memory = num(o, a, v, 1ULL << 50);
+                        else if (strcmp(a, "--group-pids") == 0)
+                                o->group_pids = num(o, a, v, 1 << 22);
+                        else if (strcmp(a, "--group-cpu") == 0)
+                                o->group_cpu = (unsigned)num(o, a, v, 100000);
                         else if (strcmp(a, "--tmp-size") == 0)
                                 o->tmp_bytes = num(o, a, v, 1ULL << 40);
                         else if (strcmp(a, "--as") == 0)
@@ -567,7 +591,9 @@ int main(int argc, char **argv) {
         p0_fail = p0_failed;
         char cgname[96];
         snprintf(cgname, sizeof cgname, "ntfs-jail-%d-%lld", (int)getpid(), (long long)ntfs_mono_ns());
-        if (jail_cgroup_create(&cg, cgname, o.memory, o.pids, o.cpu) < 0)
+        struct jail_cgroup_group grp = { .name = o.group, .memory = o.group_memory, .pids = o.group_pids,
+                                         .cpu = o.group_cpu };
+        if (jail_cgroup_create(&cg, cgname, o.memory, o.pids, o.cpu, o.group ? &grp : NULL) < 0)
                 p0_failed("cgroup setup failed");
         trace("cgroup created");
         int cr = jail_cgroup_attach(&cg, p1);
@@ -663,6 +689,8 @@ int main(int argc, char **argv) {
         int64_t duration = ntfs_mono_ns() - t0;
         bool oom = jail_cgroup_oom(&cg);
         bool lim_mem = cg.memory, lim_pids = cg.pids, lim_cpu = cg.cpu;
+        bool g_mem = cg.g_memory, g_pids = cg.g_pids, g_cpu = cg.g_cpu;
+        int64_t cpu_ns = jail_cgroup_cpu_ns(&cg);
         int cg_version = cg.version;
         jail_cgroup_destroy(&cg);
         trace("cgroup destroyed");
@@ -725,10 +753,14 @@ int main(int argc, char **argv) {
                 if (r >= 0)
                         r = jbuf_printf(&b,
                                         ",\"stderr_truncated\":%s,\"stderr_bytes\":%llu,\"duration_ns\":%lld,"
-                                        "\"limits\":{\"cgroup\":%d,\"memory\":%s,\"pids\":%s,\"cpu\":%s},\"state\":",
+                                        "\"limits\":{\"cgroup\":%d,\"memory\":%s,\"pids\":%s,\"cpu\":%s,"
+                                        "\"group_memory\":%s,\"group_pids\":%s,\"group_cpu\":%s},\"cpu_ns\":%lld,"
+                                        "\"state\":",
                                         err.total > o.output_limit ? "true" : "false", (unsigned long long)err.total,
                                         (long long)duration, cg_version, lim_mem ? "true" : "false",
-                                        lim_pids ? "true" : "false", lim_cpu ? "true" : "false");
+                                        lim_pids ? "true" : "false", lim_cpu ? "true" : "false",
+                                        g_mem ? "true" : "false", g_pids ? "true" : "false", g_cpu ? "true" : "false",
+                                        (long long)cpu_ns);
                 if (r >= 0)
                         r = state_blob ? jbuf_json_string(&b, state_blob, strlen(state_blob)) : jbuf_puts(&b, "null");
                 if (r >= 0)
