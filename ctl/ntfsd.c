@@ -745,6 +745,9 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "ntfsd: policy %s: %s\n", policy ? policy : "(default)", why[0] ? why : ntfs_strerror(r));
                 return 1;
         }
+        /* [limits]: the store quota new sessions start with (docs/policy.md). */
+        ntfs_store_set_default_quota(D.st, ntfs_policy_limits(D.pol)->workspace_bytes,
+                                     ntfs_policy_limits(D.pol)->workspace_inodes);
         if ((r = ntfs_gateway_new(D.pol, envf, 0, &D.gw, why, sizeof why)) < 0) {
                 fprintf(stderr, "ntfsd: gateway: %s\n", why[0] ? why : ntfs_strerror(r));
                 return 1;

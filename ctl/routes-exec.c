@@ -24,6 +24,25 @@
 
 /* ---- exec (jailed tools) ------------------------------------------------------------ */
 
+/* The cgroup group of a session's calls (exec/jail.h, spec.group): one per
+ * store and session, "ntfs-STORE-SESSION", where STORE hashes the store's
+ * directory (two daemons, two stores, one cgroup) and a session name with
+ * characters a cgroup name should not hold is hashed too. */
+static void session_group(const char *session, char *buf, size_t len) {
+        uint64_t hs = 1469598103934665603ULL, hn = 1469598103934665603ULL;
+        for (const char *c = D.store_dir; c && *c; c++)
+                hs = (hs ^ (unsigned char)*c) * 1099511628211ULL;
+        size_t n = strlen(session);
+        bool plain = n <= 64 && strspn(session, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == n;
+        if (plain) {
+                snprintf(buf, len, "ntfs-%08llx-%s", (unsigned long long)(hs & 0xffffffffu), session);
+                return;
+        }
+        for (const char *c = session; *c; c++)
+                hn = (hn ^ (unsigned char)*c) * 1099511628211ULL;
+        snprintf(buf, len, "ntfs-%08llx-h%016llx", (unsigned long long)(hs & 0xffffffffu), (unsigned long long)hn);
+}
+
 static char *shell_state_get(const char *session) {
         char *s = NULL;
         pthread_mutex_lock(&D.lock);
@@ -386,11 +405,23 @@ static int run_tool(const char *session, const char *tool, const char *command, 
                                          .charges = charges, .n_charges = n_charges };
         bool existing = false;
         r = ntfs_journal_effect_begin(D.j, &in, &eff, &existing);
+        /* Without a key of the caller's, the journal derives one from the
+         * step: a row of that step that exists already is a concurrent call
+         * of the session (the same command, counted at the same moment),
+         * not this one. Take the next step. */
+        for (int tries = 0; r == 0 && existing && !key && tries < 64; tries++) {
+                ntfs_effect_release(&eff);
+                if ((r = ntfs_journal_effect_count(D.j, session, 0, &nprev)) < 0)
+                        break;
+                in.step = nprev + 1 + (uint64_t)tries;
+                existing = false;
+                r = ntfs_journal_effect_begin(D.j, &in, &eff, &existing);
+        }
         if (r < 0) {
                 snprintf(why, whylen, "journal: %s", ntfs_strerror(r));
                 return r;
         }
-        if (existing) { /* a derived key matched, or a racing retry */
+        if (existing) { /* the caller's key matched, or a racing retry of it */
                 *ret = recorded_result(&eff, spec);
                 ntfs_effect_release(&eff);
                 return 0;
@@ -407,6 +438,9 @@ static int run_tool(const char *session, const char *tool, const char *command, 
                 return r;
         }
         _cleanup_free_ char *state = shell_state_get(session);
+        char group[128];
+        session_group(session, group, sizeof group);
+        const struct ntfs_session_limits *lim = ntfs_policy_limits(D.pol);
         struct ntfs_jail_spec js = { .jail_binary = D.jail_bin, .workspace = mp,
                                      .workspace_ro = !spec->workspace_rw,
                                      .net = spec->net == NTFS_NET_LOOPBACK ? NTFS_JAIL_NET_LOOPBACK
@@ -415,7 +449,9 @@ static int run_tool(const char *session, const char *tool, const char *command, 
                                      .timeout_ms = timeout_s > 0 && (uint64_t)(timeout_s * 1000) < timeout_ms
                                                            ? (uint64_t)(timeout_s * 1000)
                                                            : timeout_ms,
-                                     .output_limit = (size_t)out_limit };
+                                     .output_limit = (size_t)out_limit, .group = group,
+                                     .group_memory = lim->memory_bytes, .group_pids = lim->pids,
+                                     .group_cpu = lim->cpu_percent, .tmp_bytes = lim->tmp_bytes };
         /* The egress proxy, when the policy gives it to this tool (ctl/egress-run.c, policy/egress.c). */
         struct d_egress_run *egress = NULL;
         if (spec->egress) {
@@ -460,6 +496,10 @@ static int run_tool(const char *session, const char *tool, const char *command, 
                                 "stdout_truncated", jr.out_truncated, "stderr_truncated", jr.err_truncated,
                                 "duration_ms", (json_int_t)(jr.duration_ns / 1000000), "timed_out", jr.timed_out,
                                 "oom", jr.oom, "tool", tool, "effect", ntfs_effect_class_name(spec->cls));
+        if (res && jr.cpu_ns >= 0)
+                json_object_set_new(res, "cpu_ms", json_integer(jr.cpu_ns / 1000000));
+        if (res && jr.oom) /* which limit: docs/policy.md, "Limits" */
+                json_object_set_new(res, "limit", json_string("memory"));
         if (!res || (r = set_output(res, "stdout", jr.out, jr.out_len)) < 0 ||
             (r = set_output(res, "stderr", jr.err, jr.err_len)) < 0) {
                 json_decref(res);
@@ -509,7 +549,7 @@ static int run_tool(const char *session, const char *tool, const char *command, 
         const char *reason = ok             ? NULL
                              : cancelled    ? "cancelled"
                              : jr.timed_out ? "timeout"
-                             : jr.oom       ? "oom"
+                             : jr.oom       ? "oom: the memory limit of the call or of the session"
                                             : "killed";
         int fr = finish_effect(&eff, ok ? NTFS_EFFECT_DONE : NTFS_EFFECT_FAILED, res, after[0] ? after : NULL, reason,
                                used, ARRAY_SIZE(used));
