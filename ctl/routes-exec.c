@@ -346,11 +346,19 @@ static int run_tool(const char *session, const char *tool, const char *command, 
                 return r;
         }
         _cleanup_free_ char *state = shell_state_get(session);
+        _cleanup_free_ char *pycmd = NULL; /* run_python: the driver's command (ctl/run-python.c) */
+        const char *const *pyenv = NULL;
+        if (spec->id == NTFS_TOOL_RUN_PYTHON && (r = d_python_command(command, out_limit, &pycmd, &pyenv)) < 0) {
+                snprintf(why, whylen, "run_python: %s", r == -E2BIG ? "the code is longer than 64 KiB" : ntfs_strerror(r));
+                ntfs_journal_effect_finish(D.j, eff.id, NTFS_EFFECT_FAILED, NULL, NULL, why);
+                ntfs_effect_release(&eff);
+                return r == -E2BIG ? -NTFS_EBADREQ : r;
+        }
         struct ntfs_jail_spec js = { .jail_binary = D.jail_bin, .workspace = mp,
                                      .workspace_ro = !spec->workspace_rw,
                                      .net = spec->net == NTFS_NET_LOOPBACK ? NTFS_JAIL_NET_LOOPBACK
                                                                            : NTFS_JAIL_NET_NONE,
-                                     .command = command, .state_in = state,
+                                     .command = pycmd ? pycmd : command, .env = pyenv, .state_in = state,
                                      .timeout_ms = timeout_s > 0 && (uint64_t)(timeout_s * 1000) < timeout_ms
                                                            ? (uint64_t)(timeout_s * 1000)
                                                            : timeout_ms,
@@ -401,6 +409,8 @@ static int run_tool(const char *session, const char *tool, const char *command, 
                                 "[binary output]", "stderr", "", "timed_out", jr.timed_out, "duration_ms",
                                 (json_int_t)(jr.duration_ns / 1000000), "tool", tool, "effect",
                                 ntfs_effect_class_name(spec->cls));
+        if (pycmd && res)
+                d_python_result(res);
         char after[NTFS_HEX_LEN + 1] = "";
         if (spec->checkpoint_after) {
                 ntfs_hash h;

@@ -1,0 +1,319 @@
+# SPDX-License-Identifier: MIT
+# run-python-driver.py — the program ntfsd runs in the jail for the
+# run_python tool (docs/python.md). It is embedded in ntfsd at build time
+# (ctl/meson.build) and handed to /usr/bin/python3 -I in the environment
+# variable NTFS_PY_DRIVER; argv: ROOT BUDGET CODE_BASE64.
+#
+# It runs the code with `cache` (a dict kept as one pickle per key under
+# ROOT/.ntfs/python/cache, so checkpoints, forks and rollbacks carry it) and
+# `ui` (values to show: rendered to ROOT/ui/NAME.KIND.EXT when they are not
+# plain data) in its globals, captures fd 1 and 2 (print, os.write and child
+# processes alike) in memfds, and writes ONE JSON object to the original
+# stdout: stdout, stderr, *_truncated, exit_code, error (null or {type,
+# message, traceback}), namespace, omitted, artifacts, ui_problems,
+# cache_problems. ntfsd merges it into the tool's result (ctl/run-python.c).
+import os
+import sys
+
+_driver = os.environ.pop("NTFS_PY_DRIVER", None)
+del _driver
+
+
+def _main():
+    import binascii
+    import hashlib
+    import io
+    import json
+    import linecache
+    import pickle
+    import traceback
+
+    root, budget, code_b64 = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    code = binascii.a2b_base64(code_b64).decode("utf-8", "surrogateescape")
+    sys.argv = ["<run_python>"]
+    state = os.path.join(root, ".ntfs", "python")
+    cache_dir = os.path.join(state, "cache")
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    os.environ.setdefault("MPLCONFIGDIR", os.path.join(state, "matplotlib"))
+
+    # -- results go to the original stdout; fd 1 and 2 go to memfds ------
+    res_fd = os.dup(1)
+    cap = {}
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        m = os.memfd_create("ntfs-" + name, os.MFD_CLOEXEC)
+        os.dup2(m, fd)  # the duplicate is inheritable: child processes write there too
+        os.close(m)
+        cap[name] = fd
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
+                                  errors="backslashreplace", line_buffering=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
+                                  errors="backslashreplace", line_buffering=True)
+
+    out = {"exit_code": 0, "error": None, "namespace": {}, "omitted": [], "artifacts": [],
+           "ui_problems": [], "cache_problems": []}
+
+    # -- cache: one pickle per key, (key, value) ----------------------------
+    loaded = {}  # file name -> (key, bytes as read)
+    cache = {}
+    try:
+        names = sorted(os.listdir(cache_dir))
+    except FileNotFoundError:
+        names = []
+    for n in names:
+        if not n.endswith(".pkl"):
+            continue
+        p = os.path.join(cache_dir, n)
+        try:
+            with open(p, "rb") as f:
+                raw = f.read()
+            k, v = pickle.loads(raw)
+        except Exception as e:  # a damaged entry is reported and left on disk
+            out["cache_problems"].append({"key": n, "reason": "cannot load: %s: %s" % (type(e).__name__, e)})
+            continue
+        loaded[n] = (k, raw)
+        cache[k] = v
+
+    ui = {}
+    g = {"__name__": "__main__", "__builtins__": __builtins__, "cache": cache, "ui": ui}
+    lines = code.splitlines(True)
+    linecache.cache["<run_python>"] = (len(code), None, lines, "<run_python>")
+    try:
+        exec(compile(code, "<run_python>", "exec"), g)
+    except SystemExit as e:
+        c = e.code
+        out["exit_code"] = c if isinstance(c, int) and 0 <= c < 256 else (0 if c is None else 1)
+        if c is not None and not isinstance(c, int):
+            print(c, file=sys.stderr)
+    except BaseException as e:
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != "<run_python>":
+            tb = tb.tb_next  # drop the driver's own frames
+        text = "".join(traceback.format_exception(type(e), e, tb))
+        out["exit_code"] = 1
+        out["error"] = {"type": type(e).__name__, "message": _safe_str(e), "traceback": text}
+        sys.stderr.write(text)
+
+    cache = g.get("cache", cache)
+    ui = g.get("ui", ui)
+
+    # -- save the cache: write only the keys whose pickle changed ---------
+    if isinstance(cache, dict):
+        keep = set()
+        for k, v in list(cache.items()):
+            try:
+                kb = pickle.dumps(k, protocol=4)
+                raw = pickle.dumps((k, v), protocol=4)
+            except Exception as e:
+                out["cache_problems"].append({"key": _safe_repr(k),
+                                              "reason": "not picklable: %s: %s" % (type(e).__name__, e)})
+                # the key's last saved value, if any, is kept
+                for n, (lk, _) in loaded.items():
+                    if _same_key(lk, k):
+                        keep.add(n)
+                continue
+            n = hashlib.sha256(kb).hexdigest()[:40] + ".pkl"
+            keep.add(n)
+            if n in loaded and loaded[n][1] == raw:
+                continue
+            try:
+                _write_atomic(cache_dir, n, raw)
+            except OSError as e:
+                out["cache_problems"].append({"key": _safe_repr(k), "reason": "not saved: %s" % e})
+        for n in loaded:
+            if n not in keep:
+                try:
+                    os.unlink(os.path.join(cache_dir, n))
+                except OSError:
+                    pass
+    else:
+        out["cache_problems"].append({"key": "", "reason": "'cache' was rebound to a %s; not saved"
+                                      % type(cache).__name__})
+
+    # -- ui: plain data stays, live objects become artifacts ---------------
+    ui_out = {}
+    if isinstance(ui, dict):
+        for k, v in ui.items():
+            if not isinstance(k, str) or not _valid_name(k):
+                out["ui_problems"].append({"name": _safe_repr(k), "reason": "ui names are strings of "
+                                           "letters, digits, '_', '-' and '.' (not first)"})
+                continue
+            if _plain(v, 0):
+                ui_out[k] = v
+                continue
+            try:
+                art = _render(root, k, v)
+            except Exception as e:
+                out["ui_problems"].append({"name": k, "reason": "%s: %s" % (type(e).__name__, e)})
+                continue
+            if art is None:
+                out["ui_problems"].append({"name": k, "reason": "cannot render a %s.%s: not plain data, "
+                                           "and not a table, figure or image" % (type(v).__module__,
+                                                                                 type(v).__qualname__)})
+                continue
+            path, kind = art
+            ui_out[k] = path
+            out["artifacts"].append({"name": k, "path": path, "kind": kind})
+    else:
+        out["ui_problems"].append({"name": "", "reason": "'ui' is a %s, not a dict" % type(ui).__name__})
+
+    # -- the namespace: bindings that cross as JSON ------------------------
+    ns = {"ui": ui_out}
+    used = len(json.dumps(ui_out, allow_nan=False))
+    for k, v in g.items():
+        if k in ("__builtins__", "cache", "ui") or k.startswith("__") or not _safe_text(k):
+            continue
+        if not _plain(v, 0):
+            if not (callable(v) or type(v).__name__ == "module"):
+                out["omitted"].append({"name": k, "type": type(v).__name__})
+            continue
+        s = len(json.dumps(v, allow_nan=False))
+        if used + s > budget:
+            out["omitted"].append({"name": k, "type": type(v).__name__, "reason": "too large"})
+            continue
+        used += s
+        ns[k] = v
+    out["namespace"] = ns
+
+    # -- captured output ---------------------------------------------------
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except Exception:
+            pass
+    for name, fd in cap.items():
+        size = os.lseek(fd, 0, os.SEEK_END)
+        os.lseek(fd, 0, os.SEEK_SET)
+        data = _read_all(fd, min(size, budget))
+        out[name] = data.decode("utf-8", "replace")
+        out[name + "_truncated"] = size > budget
+        out[name + "_bytes"] = size
+    doc = json.dumps(out, allow_nan=False).encode()
+    view = memoryview(doc)
+    while view:
+        view = view[os.write(res_fd, view):]
+    return out["exit_code"]
+
+
+def _read_all(fd, n):
+    parts = []
+    while n > 0:
+        b = os.read(fd, min(n, 1 << 20))
+        if not b:
+            break
+        parts.append(b)
+        n -= len(b)
+    return b"".join(parts)
+
+
+def _write_atomic(d, name, data):
+    os.makedirs(d, exist_ok=True)
+    tmp = os.path.join(d, ".tmp-" + name)
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, os.path.join(d, name))
+
+
+def _same_key(a, b):
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:
+        return False
+
+
+def _safe_text(s):
+    try:
+        s.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _safe_str(e):
+    try:
+        s = str(e)
+    except Exception:
+        return "<unprintable>"
+    return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _safe_repr(v):
+    try:
+        s = repr(v)
+    except Exception:
+        s = "<unrepresentable %s>" % type(v).__name__
+    return s[:200].encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _plain(v, depth):
+    """True when v crosses as JSON unchanged (what jansson accepts too)."""
+    if depth > 32:
+        return False
+    if v is None or type(v) is bool:
+        return True
+    if type(v) is int:
+        return -(1 << 63) <= v < (1 << 63)
+    if type(v) is float:
+        import math
+        return math.isfinite(v)
+    if type(v) is str:
+        return _safe_text(v)
+    if type(v) in (list, tuple):
+        return all(_plain(x, depth + 1) for x in v)
+    if type(v) is dict:
+        return all(type(k) is str and _safe_text(k) and _plain(x, depth + 1) for k, x in v.items())
+    return False
+
+
+def _valid_name(k):
+    import re
+    return re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}", k) is not None
+
+
+def _render(root, name, v):
+    """Writes v to ROOT/ui/NAME.KIND.EXT; (path, kind), or None when v is
+    of no kind we render. Kinds: table (.table.json), image (.image.png,
+    .image.svg), plotly (.plotly.json)."""
+    mod = type(v).__module__ or ""
+    cls = type(v).__name__
+    data = None
+    if mod.startswith("pandas") and cls in ("DataFrame", "Series"):
+        df = v.to_frame() if cls == "Series" else v
+        data = df.to_json(orient="table", date_format="iso").encode()
+        kind, ext = "table", "json"
+    elif mod.startswith("matplotlib") and hasattr(v, "savefig"):
+        import io
+        b = io.BytesIO()
+        v.savefig(b, format="png")
+        data, kind, ext = b.getvalue(), "image", "png"
+    elif mod.startswith("PIL") and hasattr(v, "save") and hasattr(v, "mode"):
+        import io
+        b = io.BytesIO()
+        v.save(b, format="PNG")
+        data, kind, ext = b.getvalue(), "image", "png"
+    elif mod.startswith("plotly") and hasattr(v, "to_json"):
+        data, kind, ext = v.to_json().encode(), "plotly", "json"
+    elif hasattr(v, "_repr_png_") and not isinstance(v, type):
+        data = v._repr_png_()
+        kind, ext = "image", "png"
+    elif hasattr(v, "_repr_svg_") and not isinstance(v, type):
+        s = v._repr_svg_()
+        data = s.encode() if isinstance(s, str) else s
+        kind, ext = "image", "svg"
+    if data is None:
+        return None
+    if not isinstance(data, (bytes, bytearray)):
+        raise TypeError("rendering gave a %s, not bytes" % type(data).__name__)
+    d = os.path.join(root, "ui")
+    fname = "%s.%s.%s" % (name, kind, ext)
+    _write_atomic(d, fname, bytes(data))
+    return os.path.join(d, fname), kind
+
+
+_err_fd = os.dup(2)
+try:
+    _code = _main()
+except BaseException:  # a fault of the driver itself: told on the jail's own stderr
+    import traceback
+    os.write(_err_fd, ("run_python driver: " + traceback.format_exc()).encode("utf-8", "replace"))
+    _code = 125
+sys.exit(_code)
