@@ -35,6 +35,10 @@ def _main():
     cache_dir = os.path.join(state, "cache")
     os.environ.setdefault("MPLBACKEND", "Agg")
     os.environ.setdefault("MPLCONFIGDIR", os.path.join(state, "matplotlib"))
+    # Debian's matplotlib reads /etc/matplotlibrc, which the jail's /etc
+    # lacks; the same file is in /usr.
+    if not os.path.exists("/etc/matplotlibrc") and os.path.exists("/usr/share/matplotlib/mpl-data/matplotlibrc"):
+        os.environ.setdefault("MATPLOTLIBRC", "/usr/share/matplotlib/mpl-data/matplotlibrc")
 
     # -- results go to the original stdout; fd 1 and 2 go to memfds ------
     res_fd = os.dup(1)
