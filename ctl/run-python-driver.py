@@ -63,6 +63,13 @@ def _main():
         names = sorted(os.listdir(cache_dir))
     except FileNotFoundError:
         names = []
+    try:  # the keys' insertion order
+        with open(os.path.join(cache_dir, "order")) as f:
+            order = f.read().split()
+    except OSError:
+        order = []
+    listed = set(order)
+    names = [n for n in order if n in set(names)] + [n for n in names if n not in listed]
     for n in names:
         if not n.endswith(".pkl"):
             continue
@@ -102,7 +109,7 @@ def _main():
 
     # -- save the cache: write only the keys whose pickle changed ---------
     if isinstance(cache, dict):
-        keep = set()
+        keep = {}  # file name -> None, in the keys' order
         for k, v in list(cache.items()):
             try:
                 kb = pickle.dumps(k, protocol=4)
@@ -113,10 +120,10 @@ def _main():
                 # the key's last saved value, if any, is kept
                 for n, (lk, _) in loaded.items():
                     if _same_key(lk, k):
-                        keep.add(n)
+                        keep[n] = None
                 continue
             n = hashlib.sha256(kb).hexdigest()[:40] + ".pkl"
-            keep.add(n)
+            keep[n] = None
             if n in loaded and loaded[n][1] == raw:
                 continue
             try:
@@ -129,6 +136,11 @@ def _main():
                     os.unlink(os.path.join(cache_dir, n))
                 except OSError:
                     pass
+        if list(keep) != [n for n in names if n in loaded]:
+            try:
+                _write_atomic(cache_dir, "order", "\n".join(keep).encode())
+            except OSError as e:
+                out["cache_problems"].append({"key": "", "reason": "order not saved: %s" % e})
     else:
         out["cache_problems"].append({"key": "", "reason": "'cache' was rebound to a %s; not saved"
                                       % type(cache).__name__})

@@ -52,6 +52,8 @@ class Result:
     ui_problems  run_python: "name: why" for each ui value not rendered
     error        run_python: {"type", "message", "traceback"} or None
     cache_problems  run_python: {"key", "reason"} for each cache entry not saved
+    omitted      run_python: {"name", "type"} for each binding that did not cross
+    artifacts    run_python: the ui values written as files (ArtifactPath)
     raw          the daemon's whole answer
     """
 
@@ -68,6 +70,7 @@ class Result:
     error: dict[str, Any] | None = None
     cache_problems: tuple[dict[str, Any], ...] = ()
     artifacts: tuple[ArtifactPath, ...] = ()
+    omitted: tuple[dict[str, Any], ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -90,7 +93,7 @@ class Result:
                    timed_out=bool(a.get("timed_out", False)), effect_id=a.get("effect_id"), namespace=ns,
                    ui_problems=tuple(f"{p.get('name')}: {p.get('reason')}" for p in a.get("ui_problems") or ()),
                    error=a.get("error"), cache_problems=tuple(a.get("cache_problems") or ()),
-                   artifacts=tuple(arts.values()), raw=a)
+                   artifacts=tuple(arts.values()), omitted=tuple(a.get("omitted") or ()), raw=a)
 
     def __str__(self) -> str:
         return self.stdout
@@ -242,6 +245,12 @@ class Workspace:
     def at_tag(self, name: str) -> "FrozenWorkspace":
         """A frozen view of the commit named `name` (a tag of this session or
         of the store, or a commit): terminal reads; writes raise ReadOnly."""
+        # The daemon resolves any session's tag by name; the view keeps
+        # nontainer's scoping: this session's tags and the store's.
+        tags = self.tags()
+        if not any(t["tag"] == name and (t["scope"] == "store" or t.get("session") == self.name) for t in tags) \
+                and any(t["tag"] == name for t in self._t.request("GET", "/v1/tags")["tags"]):
+            raise NotFound("ref_not_found", f"tag '{name}' belongs to another session", 404)
         view = f"view-{secrets.token_hex(6)}-{name}"[:200]
         self._t.request("POST", self._s("/fork"), {"name": view, "at": name})
         return FrozenWorkspace(self._t, view, self.root, label=name)

@@ -1,0 +1,329 @@
+# SPDX-License-Identifier: MIT
+"""The Python client (ctl/client/python, docs/python.md) and the run_python
+tool against a live ntfsd: nontainer's README examples with only the import
+changed, the cache across kill -9, rollback and forks, bad input, merges,
+what ntfs adds (mount, effects, export), /tool/execute, and pip install."""
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from ctl_fixtures import daemon  # noqa: F401  (fixture)
+from recovery_fixtures import Runner
+
+ROOT = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+PKG = os.path.join(ROOT, "ctl", "client", "python")
+sys.path.insert(0, PKG)
+
+import ntfs  # noqa: E402
+from ntfs import ArtifactPath, workspace  # noqa: E402
+
+HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def ws_of(d, name="user-42"):
+    return workspace(name, socket=d.sock)
+
+
+# ---- nontainer's README, "The API in one glance" --------------------------
+
+def test_readme_api_in_one_glance(daemon):
+    ws = ws_of(daemon)
+
+    ws.terminal("mkdir -p data && echo 'a,b\n1,2' > data/in.csv")
+    r = ws.run_python("""
+import csv
+rows = list(csv.reader(open('data/in.csv')))   # sees the shell's file
+cache['n_rows'] = len(rows)                      # persists across the session
+print(rows)
+""")
+    assert r.ok, r
+    assert r.stdout == "[['a', 'b'], ['1', '2']]\n"
+    assert r.namespace["rows"] == [["a", "b"], ["1", "2"]]
+    assert HEX64.fullmatch(r.checkpoint) and ws.head == r.checkpoint  # commit id this call produced
+
+    fork = ws.fork("what-if")    # O(1) branch; the original is untouched
+    assert fork.head == ws.head
+    before_python = ws.history[1].id
+    assert ws.rollback(steps=1) == before_python  # time-travel by steps
+    assert ws.run_python("print(cache.get('n_rows'))").stdout == "None\n"
+    assert fork.run_python("print(cache['n_rows'])").stdout == "2\n"  # the fork kept it
+
+    ws.restore(r.checkpoint)     # back to the state that call produced
+    assert ws.run_python("print(cache['n_rows'])").stdout == "2\n"
+    ws.tag("v1")                 # name this state
+    ws.terminal("echo later > later.txt")
+    snap = ws.at_tag("v1")       # a frozen workspace at that name: reads, never writes
+    assert snap.terminal("cat data/in.csv").stdout == "a,b\n1,2\n"
+    assert snap.terminal("test -e later.txt").exit_code == 1
+    with pytest.raises(ntfs.ReadOnly) as e:
+        snap.terminal("echo x > data/in.csv")
+    assert e.value.code == "read_only"
+    with pytest.raises(ntfs.ReadOnly):
+        snap.run_python("x = 1")
+    with pytest.raises(ntfs.ReadOnly):
+        snap.rollback()
+    assert ws.read_file("data/in.csv") == b"a,b\n1,2\n"
+    snap.close()
+    daemon.healthy()
+
+
+def test_readme_tag_scopes(daemon):
+    """A session tag dies with its session; a store tag outlives it and any
+    session reads it."""
+    ws = ws_of(daemon, "s1")
+    ws.terminal("echo one > f")
+    ws.tag("v1")
+    ws.tag("pub", scope="store")
+    other = ws_of(daemon, "s2")
+    with other.at_tag("pub") as snap:
+        assert snap.terminal("cat f").stdout == "one\n"
+    with pytest.raises(ntfs.NotFound) as e:
+        other.at_tag("v1")
+    assert e.value.code == "ref_not_found"
+    ws.end()
+    third = ws_of(daemon, "s3")
+    with third.at_tag("pub") as snap:
+        assert snap.terminal("cat f").stdout == "one\n"
+    with pytest.raises(ntfs.NotFound):
+        third.at_tag("v1")
+    names = {s["name"] for s in daemon.http("GET", "/v1/sessions").json["sessions"]}
+    assert names == {"s2", "s3"}, "views are ended when closed"
+
+
+def test_readme_ui(daemon):
+    ws = ws_of(daemon)
+    r = ws.run_python("""
+import pandas as pd
+ui = {"chart": pd.DataFrame({"a": [1, 2, 3]}), "note": "top three"}
+""")
+    assert r.ok, r.stderr
+    chart = r.namespace["ui"]["chart"]
+    assert chart == "/workspace/ui/chart.table.json"
+    assert isinstance(chart, ArtifactPath) and isinstance(chart, str)
+    assert repr(chart) == "ArtifactPath('/workspace/ui/chart.table.json', kind='table')"
+    assert chart.kind == "table"
+    assert r.namespace["ui"]["note"] == "top three" and not isinstance(r.namespace["ui"]["note"], ArtifactPath)
+    assert r.ui_problems == ()
+    table = json.loads(ws.read_artifact(chart))
+    assert [row["a"] for row in table["data"]] == [1, 2, 3]
+    assert ws.read_artifact("/workspace/ui/nothing.table.json") is None
+
+    r = ws.run_python("""
+import matplotlib.pyplot as plt
+from PIL import Image
+fig, ax = plt.subplots()
+ax.plot([1, 2, 3])
+ui = {"fig": fig, "img": Image.new("RGB", (4, 4)), "n": [1, 2]}
+""")
+    assert r.ok, r.stderr
+    assert r.namespace["ui"]["fig"].kind == "image" and r.namespace["ui"]["fig"].endswith("/fig.image.png")
+    assert r.namespace["ui"]["n"] == [1, 2]
+    for k in ("fig", "img"):
+        assert ws.read_artifact(r.namespace["ui"][k]).startswith(b"\x89PNG\r\n\x1a\n")
+    assert {str(a) for a in r.artifacts} == {"/workspace/ui/fig.image.png", "/workspace/ui/img.image.png"}
+
+
+# ---- the session's shell and files -----------------------------------------
+
+def test_cd_sticks_for_terminal_and_python(daemon):
+    ws = ws_of(daemon)
+    ws.terminal("mkdir -p a/b && cd a/b && export GREETING=hi")
+    assert ws.terminal("pwd; echo $GREETING").stdout == "/workspace/a/b\nhi\n"
+    r = ws.run_python("import os; open('here.txt', 'w').write('x'); print(os.getcwd().endswith('/a/b'))")
+    assert r.stdout == "True\n"
+    assert ws.terminal("cat here.txt").stdout == "x"
+
+
+# ---- the cache ---------------------------------------------------------------
+
+def test_cache_survives_kill9_and_restart(scratch):
+    run = Runner(scratch)
+    try:
+        run.start()
+        ws = workspace("k", socket=run.sock)
+        assert ws.run_python("cache['k'] = list(range(5)); cache['s'] = {'a': b'\\x00'}").ok
+        run.kill9()
+        run.start()
+        r = ws.run_python("print(cache['k'], cache['s'])")
+        assert r.ok, r.stderr
+        assert r.stdout == "[0, 1, 2, 3, 4] {'a': b'\\x00'}\n"
+    finally:
+        run.close()
+
+
+def test_cache_is_restored_by_rollback(daemon):
+    ws = ws_of(daemon)
+    ws.run_python("cache['x'] = 1")
+    ws.run_python("cache['x'] = 2; cache['y'] = 'new'")
+    r = ws.run_python("print(cache)")
+    assert r.stdout == "{'x': 2, 'y': 'new'}\n"
+    assert not r.changed, "a call that changes nothing (the cache included) makes no commit"
+    ws.rollback(steps=1)
+    assert ws.run_python("print(cache)").stdout == "{'x': 1}\n"
+
+
+def test_cache_differs_between_a_fork_and_its_origin(daemon):
+    ws = ws_of(daemon)
+    ws.run_python("cache['who'] = 'origin'; cache['shared'] = 1")
+    f = ws.fork("f1")
+    ws.run_python("cache['who'] = 'still origin'")
+    f.run_python("cache['who'] = 'fork'; del cache['shared']")
+    assert ws.run_python("print(sorted(cache.items()))").stdout == "[('shared', 1), ('who', 'still origin')]\n"
+    assert f.run_python("print(sorted(cache.items()))").stdout == "[('who', 'fork')]\n"
+
+
+# ---- bad input ---------------------------------------------------------------
+
+def test_bad_input_gives_clear_results(daemon):
+    ws = ws_of(daemon)
+    assert ws.run_python("cache['kept'] = 'yes'").ok
+
+    r = ws.run_python("x = 5\ncache['before'] = x\ndef f():\n    raise ValueError('nope')\nf()\n")
+    assert r.exit_code == 1 and not r.ok
+    assert r.error["type"] == "ValueError" and r.error["message"] == "nope"
+    assert 'File "<run_python>", line 5' in r.traceback and "raise ValueError('nope')" in r.traceback
+    assert "ValueError: nope" in r.stderr
+    assert r.namespace["x"] == 5  # what ran before the exception is kept
+    assert ws.run_python("print(cache['before'])").stdout == "5\n"
+
+    r = ws.run_python("cache['lost'] = 1\nprint('started', flush=True)\nwhile True: pass", timeout=2)
+    assert r.timed_out and r.exit_code == 124
+    assert r.error["type"] == "Timeout" and "timeout" in r.error["message"]
+    assert ws.run_python("print('lost' in cache, cache['kept'])").stdout == "False yes\n"
+
+    r = ws.run_python("import sys, os\nprint('a\\0b')\nos.write(1, b'c\\x00d\\n')\nsys.stderr.write('e\\0')")
+    assert r.ok and r.stdout == "a\x00b\nc\x00d\n" and r.stderr == "e\x00"
+
+    r = ws.run_python("import threading\ncache['lock'] = threading.Lock()\ncache['fine'] = [1]\n"
+                      "cache['fn'] = lambda: 1")
+    assert r.exit_code == 0
+    bad = {p["key"]: p["reason"] for p in r.cache_problems}
+    assert set(bad) == {"'lock'", "'fn'"}
+    assert all(v.startswith("not picklable") for v in bad.values())
+    assert ws.run_python("print(sorted(cache))").stdout == "['before', 'fine', 'kept']\n"
+
+    r = ws.run_python("ui = {'odd': object(), 'gen': (i for i in []), 'ok': 1}")
+    assert r.ok and r.namespace["ui"] == {"ok": 1}
+    assert len(r.ui_problems) == 2
+    assert r.ui_problems[0].startswith("odd: cannot render a builtins.object")
+    assert r.ui_problems[1].startswith("gen: cannot render a builtins.generator")
+
+    r = ws.run_python("import os; os._exit(3)")
+    assert r.exit_code == 3 and r.error["type"] == "Ended"
+
+    r = ws.run_python("import sys; sys.exit(4)")
+    assert r.exit_code == 4 and r.error is None
+
+    with pytest.raises(ntfs.BadRequest) as e:
+        ws.run_python("#" * (64 * 1024 + 1))
+    assert e.value.code == "bad_request" and "64 KiB" in e.value.message
+
+    r = ws.run_python("big = 10 ** 30; nan = float('nan'); ok = 2 ** 62")
+    assert "big" not in r.namespace and "nan" not in r.namespace and r.namespace["ok"] == 2 ** 62
+    assert {o["name"] for o in r.omitted} == {"big", "nan"}
+    daemon.healthy()
+
+
+def test_errors_carry_the_protocol_code(daemon):
+    with pytest.raises(ntfs.NotFound) as e:
+        workspace("nobody", socket=daemon.sock, create=False)
+    assert e.value.code == "session_not_found" and e.value.status == 404
+    ws = ws_of(daemon)
+    ws.terminal("echo 1 > f")
+    with pytest.raises(ntfs.RollbackFloor) as e:
+        ws.rollback(steps=5)
+    assert e.value.code == "rollback_floor"
+    with pytest.raises(ntfs.Conflict) as e:
+        ws.fork("user-42")
+    assert e.value.code == "session_exists"
+    with pytest.raises(ntfs.DaemonUnavailable):
+        workspace("x", socket=os.path.join(daemon.scratch, "none.sock"))
+    with pytest.raises(ValueError):
+        workspace("x", root="/elsewhere", socket=daemon.sock)
+
+
+# ---- merge -----------------------------------------------------------------
+
+def test_merge_of_a_fork(daemon):
+    ws = ws_of(daemon)
+    ws.terminal("printf 'l1\\nl2\\nl3\\nl4\\nl5\\n' > shared.txt && echo base > same.txt")
+    f = ws.fork("topic")
+    ws.terminal("echo mine > mine.txt && sed -i 's/l1/L1/' shared.txt")
+    f.terminal("echo theirs > theirs.txt && sed -i 's/l5/L5/' shared.txt")
+    f.run_python("cache['from_fork'] = True")
+    m = ws.merge(f)
+    assert ws.head == m.checkpoint
+    assert ws.terminal("cat mine.txt theirs.txt shared.txt").stdout == "mine\ntheirs\nL1\nl2\nl3\nl4\nL5\n"
+    assert ws.run_python("print(cache)").stdout == "{'from_fork': True}\n"
+
+    g = ws.fork("clash")
+    ws.terminal("echo A > same.txt")
+    g.terminal("echo B > same.txt")
+    head = ws.head
+    with pytest.raises(ntfs.MergeConflict) as e:
+        ws.merge(g)
+    assert [c["path"] for c in e.value.conflicts] == ["same.txt"]
+    assert e.value.code == "conflict"
+    assert ws.head == head and ws.read_file("same.txt") == b"A\n"
+    names = {s["name"] for s in daemon.http("GET", "/v1/sessions").json["sessions"]}
+    assert names == {"user-42", "topic", "clash"}, "the merge's scratch sessions are gone"
+
+
+# ---- what ntfs adds ------------------------------------------------------
+
+def test_mount_effects_export(daemon):
+    ws = ws_of(daemon)
+    r = ws.run_python("open('hello.txt', 'w').write('hello from python\\n'); cache['c'] = 1")
+    mp = os.path.join(daemon.scratch, "mnt")
+    os.mkdir(mp)
+    with ws.mount(mp) as m:
+        assert open(os.path.join(m.path, "hello.txt")).read() == "hello from python\n"
+    eff = ws.effects
+    assert eff[-1]["tool"] == "run_python" and eff[-1]["effect_class"] == "replayable_fast"
+    assert eff[-1]["input"]["command"].startswith("open('hello.txt'")
+    assert eff[-1]["commit_after"] == r.checkpoint
+    out = os.path.join(daemon.scratch, "ws.tar.gz")
+    assert ws.export(out) > 0
+    with tarfile.open(out) as t:
+        names = t.getnames()
+    assert any(n.endswith("hello.txt") for n in names)
+    assert any(".ntfs/python" in n for n in names), "the cache folder travels with the files"
+
+
+def test_run_python_through_tool_execute_and_mcp(daemon):
+    s = daemon.http("POST", "/session/start", {}).json["session_id"]
+    r = daemon.http("POST", "/tool/execute", {"tool_name": "run_python", "session_id": s,
+                                              "tool_input": {"code": "cache['n'] = 7\nprint(6 * 7)"}})
+    assert r.status == 200, r
+    res = r.json["result"]
+    assert res["stdout"] == "42\n" and res["tool"] == "run_python" and r.json["effect"] == "replayable_fast"
+    r = daemon.http("POST", "/tool/execute", {"tool_name": "run_python", "session_id": s,
+                                              "tool_input": {"code": "print(cache['n'])"}})
+    assert r.json["result"]["stdout"] == "7\n"
+
+
+# ---- packaging -------------------------------------------------------------
+
+def test_pip_install_in_a_venv(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-index", "--no-cache-dir", PKG],
+                         capture_output=True, text=True, timeout=300)
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    probe = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "import ntfs, ntfs.workspace as w; print(ntfs.__file__); "
+                            "print(ntfs.workspace, ntfs.ArtifactPath('/workspace/ui/a.table.json').kind)"],
+                           capture_output=True, text=True, cwd=str(tmp_path))
+    assert probe.returncode == 0, probe.stderr
+    first, second = probe.stdout.splitlines()
+    assert first.startswith(str(venv)) and "site-packages" in first
+    assert second.endswith(" table")
+    typed = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "import ntfs, os; print(os.path.exists(os.path.join(os.path.dirname(ntfs.__file__), "
+                            "'py.typed')))"], capture_output=True, text=True, cwd=str(tmp_path))
+    assert typed.stdout.strip() == "True"
