@@ -20,13 +20,11 @@ del _driver
 
 
 def _main():
+    # Imports are the interpreter's start-up cost on every call: only
+    # binascii and io here; pickle when there is a cache, traceback on an
+    # exception; JSON is written by _j (json imports re, ~10 ms).
     import binascii
-    import hashlib
     import io
-    import json
-    import linecache
-    import pickle
-    import traceback
 
     root, budget, code_b64 = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     code = binascii.a2b_base64(code_b64).decode("utf-8", "surrogateescape")
@@ -56,9 +54,9 @@ def _main():
     out = {"exit_code": 0, "error": None, "namespace": {}, "omitted": [], "artifacts": [],
            "ui_problems": [], "cache_problems": []}
 
-    # -- cache: one pickle per key, (key, value) ----------------------------
-    loaded = {}  # file name -> (key, bytes as read)
-    cache = {}
+    # -- cache: one pickle per key, (key, value); big values load on use --
+    loaded = {}  # file name -> entry [key, bytes as read or None, value as loaded or _UNSET]
+    cache = _Cache()
     try:
         names = sorted(os.listdir(cache_dir))
     except FileNotFoundError:
@@ -68,26 +66,32 @@ def _main():
             order = f.read().split()
     except OSError:
         order = []
-    listed = set(order)
-    names = [n for n in order if n in set(names)] + [n for n in names if n not in listed]
+    present = set(names)
+    names = [n for n in order if n in present] + [n for n in names if n not in set(order)]
+    pickle = None
     for n in names:
-        if not n.endswith(".pkl"):
+        if not n.endswith(".pkl") or n.startswith("."):
             continue
+        if pickle is None:
+            import pickle
         p = os.path.join(cache_dir, n)
         try:
+            if n.startswith("k") and os.stat(p).st_size >= _LAZY_BYTES:
+                k = pickle.loads(binascii.unhexlify(n[1:-4]))
+                entry = loaded[n] = [k, None, _UNSET]
+                dict.__setitem__(cache, k, _Lazy(p, entry))
+                continue
             with open(p, "rb") as f:
                 raw = f.read()
             k, v = pickle.loads(raw)
         except Exception as e:  # a damaged entry is reported and left on disk
             out["cache_problems"].append({"key": n, "reason": "cannot load: %s: %s" % (type(e).__name__, e)})
             continue
-        loaded[n] = (k, raw)
-        cache[k] = v
+        loaded[n] = [k, raw, v]
+        dict.__setitem__(cache, k, v)
 
     ui = {}
     g = {"__name__": "__main__", "__builtins__": __builtins__, "cache": cache, "ui": ui}
-    lines = code.splitlines(True)
-    linecache.cache["<run_python>"] = (len(code), None, lines, "<run_python>")
     try:
         exec(compile(code, "<run_python>", "exec"), g)
     except SystemExit as e:
@@ -96,10 +100,13 @@ def _main():
         if c is not None and not isinstance(c, int):
             print(c, file=sys.stderr)
     except BaseException as e:
+        import linecache
+        import traceback
+        linecache.cache["<run_python>"] = (len(code), None, code.splitlines(True), "<run_python>")
         tb = e.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename != "<run_python>":
             tb = tb.tb_next  # drop the driver's own frames
-        text = "".join(traceback.format_exception(type(e), e, tb))
+        text = _text("".join(traceback.format_exception(type(e), e, tb)))
         out["exit_code"] = 1
         out["error"] = {"type": type(e).__name__, "message": _safe_str(e), "traceback": text}
         sys.stderr.write(text)
@@ -108,28 +115,38 @@ def _main():
     ui = g.get("ui", ui)
 
     # -- save the cache: write only the keys whose pickle changed ---------
-    if isinstance(cache, dict):
+    if isinstance(cache, dict) and (cache or loaded):
+        if pickle is None:
+            import pickle
         keep = {}  # file name -> None, in the keys' order
-        for k, v in list(cache.items()):
+        for k, v in list(dict.items(cache)):
             try:
-                kb = pickle.dumps(k, protocol=4)
-                raw = pickle.dumps((k, v), protocol=4)
-            except Exception as e:
-                out["cache_problems"].append({"key": _safe_repr(k),
-                                              "reason": "not picklable: %s: %s" % (type(e).__name__, e)})
-                # the key's last saved value, if any, is kept
-                for n, (lk, _) in loaded.items():
-                    if _same_key(lk, k):
+                n = _file_name(pickle.dumps(k, protocol=4))
+                if type(v) is _Lazy:
+                    if v.entry[0] is k or loaded.get(n) is v.entry:  # never used: unchanged
                         keep[n] = None
+                        continue
+                    v = v.load()
+                e = loaded.get(n)
+                if e is not None and e[2] is v and _immutable(v, 0):  # the very object loaded
+                    keep[n] = None
+                    continue
+                raw = pickle.dumps((k, v), protocol=4)
+            except Exception as ex:
+                out["cache_problems"].append({"key": _safe_repr(k),
+                                              "reason": "not picklable: %s: %s" % (type(ex).__name__, _safe_str(ex))})
+                # the key's last saved value, if any, is kept
+                for ln, le in loaded.items():
+                    if _same_key(le[0], k):
+                        keep[ln] = None
                 continue
-            n = hashlib.sha256(kb).hexdigest()[:40] + ".pkl"
             keep[n] = None
-            if n in loaded and loaded[n][1] == raw:
+            if e is not None and e[1] == raw:
                 continue
             try:
                 _write_atomic(cache_dir, n, raw)
-            except OSError as e:
-                out["cache_problems"].append({"key": _safe_repr(k), "reason": "not saved: %s" % e})
+            except OSError as ex:
+                out["cache_problems"].append({"key": _safe_repr(k), "reason": "not saved: %s" % ex})
         for n in loaded:
             if n not in keep:
                 try:
@@ -139,9 +156,9 @@ def _main():
         if list(keep) != [n for n in names if n in loaded]:
             try:
                 _write_atomic(cache_dir, "order", "\n".join(keep).encode())
-            except OSError as e:
-                out["cache_problems"].append({"key": "", "reason": "order not saved: %s" % e})
-    else:
+            except OSError as ex:
+                out["cache_problems"].append({"key": "", "reason": "order not saved: %s" % ex})
+    elif not isinstance(cache, dict):
         out["cache_problems"].append({"key": "", "reason": "'cache' was rebound to a %s; not saved"
                                       % type(cache).__name__})
 
@@ -174,7 +191,7 @@ def _main():
 
     # -- the namespace: bindings that cross as JSON ------------------------
     ns = {"ui": ui_out}
-    used = len(json.dumps(ui_out, allow_nan=False))
+    used = len(_j(ui_out))
     for k, v in g.items():
         if k in ("__builtins__", "cache", "ui") or k.startswith("__") or not _safe_text(k):
             continue
@@ -182,7 +199,7 @@ def _main():
             if not (callable(v) or type(v).__name__ == "module"):
                 out["omitted"].append({"name": k, "type": type(v).__name__})
             continue
-        s = len(json.dumps(v, allow_nan=False))
+        s = len(_j(v))
         if used + s > budget:
             out["omitted"].append({"name": k, "type": type(v).__name__, "reason": "too large"})
             continue
@@ -203,11 +220,166 @@ def _main():
         out[name] = data.decode("utf-8", "replace")
         out[name + "_truncated"] = size > budget
         out[name + "_bytes"] = size
-    doc = json.dumps(out, allow_nan=False).encode()
+    doc = _j(out).encode("utf-8", "replace")
     view = memoryview(doc)
     while view:
         view = view[os.write(res_fd, view):]
     return out["exit_code"]
+
+
+_LAZY_BYTES = 64 * 1024  # a cache file at least this big is read when its value is first used
+_UNSET = object()
+
+
+class _Lazy:
+    """A cache value not read yet (its file is big): _Cache reads it on use."""
+
+    __slots__ = ("path", "entry")
+
+    def __init__(self, path, entry):
+        self.path, self.entry = path, entry
+
+    def load(self):
+        if self.entry[2] is _UNSET:
+            import pickle
+            with open(self.path, "rb") as f:
+                raw = f.read()
+            self.entry[1], self.entry[2] = raw, pickle.loads(raw)[1]
+        return self.entry[2]
+
+    def __repr__(self):
+        return "<cache value not loaded>"
+
+
+class _Cache(dict):
+    """The `cache` dict: a dict whose big values are read from the
+    workspace when first used (by key, get, items, values, copies, repr,
+    comparisons); everything else is dict's own."""
+
+    __slots__ = ()
+    __hash__ = None
+
+    def _all(self):
+        for k, v in list(dict.items(self)):
+            if type(v) is _Lazy:
+                dict.__setitem__(self, k, v.load())
+
+    def __getitem__(self, k):
+        v = dict.__getitem__(self, k)
+        if type(v) is _Lazy:
+            v = v.load()
+            dict.__setitem__(self, k, v)
+        return v
+
+    def __iter__(self):  # also makes dict(cache) and {**cache} go through __getitem__
+        return dict.__iter__(self)
+
+    def get(self, k, default=None):
+        return self[k] if dict.__contains__(self, k) else default
+
+    def pop(self, k, *default):
+        if dict.__contains__(self, k):
+            v = self[k]
+            dict.__delitem__(self, k)
+            return v
+        return dict.pop(self, k, *default)
+
+    def popitem(self):
+        k, v = dict.popitem(self)
+        return k, (v.load() if type(v) is _Lazy else v)
+
+    def setdefault(self, k, default=None):
+        if dict.__contains__(self, k):
+            return self[k]
+        dict.__setitem__(self, k, default)
+        return default
+
+    def items(self):
+        self._all()
+        return dict.items(self)
+
+    def values(self):
+        self._all()
+        return dict.values(self)
+
+    def copy(self):
+        self._all()
+        return dict(dict.items(self))
+
+    def __repr__(self):
+        self._all()
+        return dict.__repr__(self)
+
+    def __eq__(self, other):
+        self._all()
+        return dict.__eq__(self, other)
+
+    def __ne__(self, other):
+        self._all()
+        return dict.__ne__(self, other)
+
+    def __or__(self, other):
+        self._all()
+        return dict.__or__(self, other)
+
+    def __ror__(self, other):
+        self._all()
+        return dict.__ror__(self, other)
+
+    def __reduce_ex__(self, protocol):  # pickling or copying the cache gives a plain dict
+        return (dict, (self.copy(),))
+
+
+def _immutable(v, depth):
+    if type(v) in (bytes, str, int, float, complex, bool, type(None)):
+        return True
+    if type(v) in (tuple, frozenset) and depth < 8:
+        return all(_immutable(x, depth + 1) for x in v)
+    return False
+
+
+_ESC = {i: "\\u%04x" % i for i in range(32)}
+_ESC.update({ord('"'): '\\"', ord("\\"): "\\\\", 0x7f: "\\u007f"})
+
+
+def _j(v):
+    """JSON text of plain data (what _plain accepts; str already valid UTF-8)."""
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if type(v) is int:
+        return str(v)
+    if type(v) is float:
+        return repr(v)
+    if type(v) is str:
+        return '"' + v.translate(_ESC) + '"'
+    if type(v) in (list, tuple):
+        return "[" + ",".join(_j(x) for x in v) + "]"
+    if type(v) is dict:
+        return "{" + ",".join(_j(str(k)) + ":" + _j(x) for k, x in v.items()) + "}"
+    return _j(_text(repr(v)))
+
+
+def _text(s):
+    """s with anything that is not UTF-8 (lone surrogates) replaced."""
+    return s.encode("utf-8", "replace").decode("utf-8")
+
+
+def _file_name(kb):
+    """The cache file of a key, from its pickle: hex when short, else a digest."""
+    h = binascii_hexlify(kb).decode()
+    if len(h) > 160:
+        import hashlib
+        h = "h" + hashlib.sha256(kb).hexdigest()
+    return "k" + h + ".pkl"
+
+
+def binascii_hexlify(b):
+    import binascii  # a built-in module: no cost after the first
+    return binascii.hexlify(b)
 
 
 def _read_all(fd, n):
@@ -280,9 +452,11 @@ def _plain(v, depth):
     return False
 
 
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
+
+
 def _valid_name(k):
-    import re
-    return re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}", k) is not None
+    return 0 < len(k) <= 128 and k[0] != "." and all(c in _NAME_CHARS for c in k)
 
 
 def _render(root, name, v):

@@ -12,6 +12,7 @@ import tarfile
 
 import pytest
 
+from conftest import find_bin
 from ctl_fixtures import daemon  # noqa: F401  (fixture)
 from recovery_fixtures import Runner
 
@@ -305,6 +306,32 @@ def test_run_python_through_tool_execute_and_mcp(daemon):
     r = daemon.http("POST", "/tool/execute", {"tool_name": "run_python", "session_id": s,
                                               "tool_input": {"code": "print(cache['n'])"}})
     assert r.json["result"]["stdout"] == "7\n"
+
+
+def test_run_python_as_an_mcp_tool(daemon):
+    from test_mcp import INIT, McpPipe
+    mcp = find_bin("ntfs-mcp")
+    if mcp is None:
+        pytest.skip("ntfs-mcp is not built")
+    m = McpPipe(mcp, daemon, "mcp-py")
+    try:
+        assert "result" in m.request(1, "initialize", INIT)
+        tools = {t["name"]: t for t in m.request(2, "tools/list")["result"]["tools"]}
+        assert tools["run_python"]["inputSchema"]["required"] == ["code"]
+        r = m.request(3, "tools/call", {"name": "run_python",
+                                        "arguments": {"code": "cache['k'] = 'v'\nx = [1, 2]\nprint('hi')"}})["result"]
+        assert not r.get("isError"), r
+        assert r["structuredContent"]["stdout"] == "hi\n" and r["structuredContent"]["namespace"]["x"] == [1, 2]
+        text = r["content"][0]["text"]
+        assert text.startswith("hi\n") and '[namespace] {"ui":{},"x":[1,2]}' in text
+        r = m.request(4, "tools/call", {"name": "run_python", "arguments": {"code": "print(cache['k']); 1/0"}})
+        text = r["result"]["content"][0]["text"]
+        assert text.startswith("v\n[stderr]\nTraceback") and "ZeroDivisionError" in text and "[exit code 1" in text
+        r = m.request(5, "tools/call", {"name": "run_python", "arguments": {"command": "x"}})
+        assert r["result"].get("isError") and "command" in r["result"]["content"][0]["text"]
+    finally:
+        rc, err = m.close()
+    assert rc == 0, err
 
 
 # ---- packaging -------------------------------------------------------------
