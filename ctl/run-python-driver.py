@@ -61,23 +61,30 @@ def _main():
         names = sorted(os.listdir(cache_dir))
     except FileNotFoundError:
         names = []
-    try:  # the keys' insertion order
-        with open(os.path.join(cache_dir, "order")) as f:
-            order = f.read().split()
-    except OSError:
-        order = []
-    present = set(names)
-    names = [n for n in order if n in present] + [n for n in names if n not in set(order)]
+    # File names are SEQ-KEYNAME.pkl: SEQ (12 digits) orders the keys as
+    # they were first saved, KEYNAME names the key (_file_name). Two forks
+    # that add keys make different files, so their merge has no conflict.
+    by_key = {}  # KEYNAME -> file name
+    dups = []  # one key saved twice (a merge of two forks that both added it): the later wins
+    seq = 0
+    for n in names:
+        head, _, kn = n.partition("-")
+        if n.endswith(".pkl") and head.isdigit() and kn:
+            if kn in by_key:
+                dups.append(by_key[kn])
+            by_key[kn] = n
+            seq = max(seq, int(head))
     pickle = None
     for n in names:
-        if not n.endswith(".pkl") or n.startswith("."):
+        head, _, kn = n.partition("-")
+        if not n.endswith(".pkl") or not head.isdigit() or by_key.get(kn) != n:
             continue
         if pickle is None:
             import pickle
         p = os.path.join(cache_dir, n)
         try:
-            if n.startswith("k") and os.stat(p).st_size >= _LAZY_BYTES:
-                k = pickle.loads(binascii.unhexlify(n[1:-4]))
+            if kn.startswith("k") and os.stat(p).st_size >= _LAZY_BYTES:
+                k = pickle.loads(binascii.unhexlify(kn[1:-4]))
                 entry = loaded[n] = [k, None, _UNSET]
                 dict.__setitem__(cache, k, _Lazy(p, entry))
                 continue
@@ -115,21 +122,32 @@ def _main():
     ui = g.get("ui", ui)
 
     # -- save the cache: write only the keys whose pickle changed ---------
+    for n in dups if isinstance(cache, dict) else ():
+        out["cache_problems"].append({"key": n, "reason": "a second value of one key (both sides of a merge "
+                                      "added it); the later file was kept, this one removed"})
+        try:
+            os.unlink(os.path.join(cache_dir, n))
+        except OSError:
+            pass
     if isinstance(cache, dict) and (cache or loaded):
         if pickle is None:
             import pickle
-        keep = {}  # file name -> None, in the keys' order
+        keep = set()
         for k, v in list(dict.items(cache)):
             try:
-                n = _file_name(pickle.dumps(k, protocol=4))
+                kn = _file_name(pickle.dumps(k, protocol=4))
+                n = by_key.get(kn)
+                if n is None:
+                    seq += 1
+                    n = by_key[kn] = "%012d-%s" % (seq, kn)
                 if type(v) is _Lazy:
                     if v.entry[0] is k or loaded.get(n) is v.entry:  # never used: unchanged
-                        keep[n] = None
+                        keep.add(n)
                         continue
                     v = v.load()
                 e = loaded.get(n)
                 if e is not None and e[2] is v and _immutable(v, 0):  # the very object loaded
-                    keep[n] = None
+                    keep.add(n)
                     continue
                 raw = pickle.dumps((k, v), protocol=4)
             except Exception as ex:
@@ -138,9 +156,9 @@ def _main():
                 # the key's last saved value, if any, is kept
                 for ln, le in loaded.items():
                     if _same_key(le[0], k):
-                        keep[ln] = None
+                        keep.add(ln)
                 continue
-            keep[n] = None
+            keep.add(n)
             if e is not None and e[1] == raw:
                 continue
             try:
@@ -153,11 +171,6 @@ def _main():
                     os.unlink(os.path.join(cache_dir, n))
                 except OSError:
                     pass
-        if list(keep) != [n for n in names if n in loaded]:
-            try:
-                _write_atomic(cache_dir, "order", "\n".join(keep).encode())
-            except OSError as ex:
-                out["cache_problems"].append({"key": "", "reason": "order not saved: %s" % ex})
     elif not isinstance(cache, dict):
         out["cache_problems"].append({"key": "", "reason": "'cache' was rebound to a %s; not saved"
                                       % type(cache).__name__})
