@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
 # run-python-driver.py — the program ntfsd runs in the jail for the
 # run_python tool (docs/python.md). It is embedded in ntfsd at build time
-# (ctl/meson.build) and handed to /usr/bin/python3 -I in the environment
-# variable NTFS_PY_DRIVER; argv: ROOT BUDGET CODE_BASE64.
+# (ctl/meson.build) and handed to /usr/bin/python3 in the environment
+# variable NTFS_PY_DRIVER (python3 -I -S: see _site); argv: ROOT BUDGET CODE_BASE64.
 #
 # It runs the code with `cache` (a dict kept as one pickle per key under
 # ROOT/.ntfs/python/cache, so checkpoints, forks and rollbacks carry it) and
@@ -17,6 +17,23 @@ import sys
 
 _driver = os.environ.pop("NTFS_PY_DRIVER", None)
 del _driver
+
+
+def _site():
+    """What site.main() gives the code, without its .pth files and
+    sitecustomize (python3 runs with -S: processing the host's .pth files
+    cost ~15 ms a call): the site-packages directories on sys.path, and
+    the exit, quit, help, copyright builtins."""
+    import site
+    for d in site.getsitepackages():
+        if d not in sys.path and os.path.isdir(d):
+            sys.path.append(d)
+    site.setquit()
+    site.setcopyright()
+    site.sethelper()
+
+
+_site()
 
 
 def _main():
@@ -99,6 +116,7 @@ def _main():
 
     ui = {}
     g = {"__name__": "__main__", "__builtins__": __builtins__, "cache": cache, "ui": ui}
+    sys.path.insert(0, "")  # the working directory, as for python3 -c (after the driver's own imports)
     try:
         exec(compile(code, "<run_python>", "exec"), g)
     except SystemExit as e:

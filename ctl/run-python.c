@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,18 +42,23 @@ static void b64_encode(const unsigned char *in, size_t n, char *out) {
         out[o] = 0;
 }
 
+static char env_entry[sizeof PY_ENV_NAME + sizeof ntfs_run_python_driver];
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+static void env_init(void) {
+        snprintf(env_entry, sizeof env_entry, "%s%s", PY_ENV_NAME, ntfs_run_python_driver);
+}
+
 int d_python_command(const char *code, size_t output_limit, char **ret_command, const char *const **ret_env) {
-        static char env_entry[sizeof PY_ENV_NAME + sizeof ntfs_run_python_driver];
         static const char *env[] = { env_entry, NULL };
         size_t n = strlen(code);
         if (n > D_PYTHON_CODE_MAX)
                 return -E2BIG;
-        if (!env_entry[0]) /* the same bytes each time: a benign race */
-                snprintf(env_entry, sizeof env_entry, "%s%s", PY_ENV_NAME, ntfs_run_python_driver);
+        pthread_once(&env_once, env_init);
         size_t budget = output_limit / 16;
         if (budget < 4096)
                 budget = 4096;
-        static const char head[] = "exec /usr/bin/python3 -I -c 'import os;exec(os.environ[\"NTFS_PY_DRIVER\"])' "
+        static const char head[] = "exec /usr/bin/python3 -I -S -c 'import os;exec(os.environ[\"NTFS_PY_DRIVER\"])' "
                                    "/workspace ";
         size_t cap = sizeof head + 24 + (n + 2) / 3 * 4 + 1;
         char *cmd = malloc(cap);

@@ -138,6 +138,8 @@ def test_cd_sticks_for_terminal_and_python(daemon):
     r = ws.run_python("import os; open('here.txt', 'w').write('x'); print(os.getcwd().endswith('/a/b'))")
     assert r.stdout == "True\n"
     assert ws.terminal("cat here.txt").stdout == "x"
+    ws.terminal("echo 'def twice(x): return 2 * x' > helper.py")
+    assert ws.run_python("import helper\nprint(helper.twice(21))").stdout == "42\n"  # cwd is importable
 
 
 # ---- the cache ---------------------------------------------------------------
