@@ -6,9 +6,11 @@ what ntfs adds (mount, effects, export), /tool/execute, and pip install."""
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 
 import pytest
 
@@ -248,6 +250,36 @@ def test_errors_carry_the_protocol_code(daemon):
         workspace("x", socket=os.path.join(daemon.scratch, "none.sock"))
     with pytest.raises(ValueError):
         workspace("x", root="/elsewhere", socket=daemon.sock)
+
+
+def test_store_starts_a_daemon(scratch, monkeypatch):
+    """With only a store, workspace() starts ntfsd for it and finds it again."""
+    ntfsd = find_bin("ntfsd")
+    if ntfsd is None:
+        pytest.skip("ntfsd is not built")
+    store = os.path.join(scratch, "store")
+    monkeypatch.delenv("NTFS_SOCKET", raising=False)
+    monkeypatch.setenv("NTFS_NTFSD", ntfsd)
+    monkeypatch.setenv("NTFS_STORE", store)
+    ws = workspace("auto")
+    pid = ws._t.request("GET", "/v1/status")["pid"]
+    try:
+        assert ws._t.path == os.path.join(store, "ntfsd.sock")
+        assert ws.run_python("print(1 + 1)").stdout == "2\n"
+        again = workspace("auto")  # the same daemon answers: none is started
+        assert again._t.request("GET", "/v1/status")["pid"] == pid
+        with pytest.raises(ntfs.DaemonUnavailable):
+            workspace("x", store=os.path.join(scratch, "other"), start=False)
+    finally:
+        os.kill(pid, signal.SIGTERM)  # the daemon is this process's child (workspace() started it)
+        for _ in range(600):
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    assert "error" not in open(os.path.join(store, "ntfsd.log")).read().lower()
 
 
 # ---- merge -----------------------------------------------------------------
