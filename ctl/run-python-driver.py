@@ -197,12 +197,15 @@ def _main():
     ui_out = {}
     if isinstance(ui, dict):
         for k, v in ui.items():
-            if not isinstance(k, str) or not _valid_name(k):
-                out["ui_problems"].append({"name": _safe_repr(k), "reason": "ui names are strings of "
-                                           "letters, digits, '_', '-' and '.' (not first)"})
+            if type(k) is not str or not _safe_text(k):
+                out["ui_problems"].append({"name": _safe_repr(k), "reason": "ui names are strings"})
                 continue
             if _plain(v, 0):
                 ui_out[k] = v
+                continue
+            if not _valid_name(k):
+                out["ui_problems"].append({"name": k, "reason": "the name of a value written to a file is 1..128 "
+                                           "of letters, digits, '_', '-' and '.' (not first)"})
                 continue
             try:
                 art = _render(root, k, v)

@@ -218,6 +218,12 @@ def test_bad_input_gives_clear_results(daemon):
     assert r.ui_problems[0].startswith("odd: cannot render a builtins.object")
     assert r.ui_problems[1].startswith("gen: cannot render a builtins.generator")
 
+    r = ws.run_python("import pandas as pd\nui = {'../evil': pd.DataFrame({'a': [1]}), '../plain': 2, 3: 4}")
+    assert r.ok and r.namespace["ui"] == {"../plain": 2}
+    assert r.ui_problems == ("../evil: the name of a value written to a file is 1..128 of letters, digits, "
+                             "'_', '-' and '.' (not first)", "3: ui names are strings")
+    assert ws.terminal("ls ui 2>&1; ls .. | grep -c evil").stdout.endswith("0\n")
+
     r = ws.run_python("import os; os._exit(3)")
     assert r.exit_code == 3 and r.error["type"] == "Ended"
 
