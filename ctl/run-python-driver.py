@@ -72,7 +72,7 @@ def _main():
            "ui_problems": [], "cache_problems": []}
 
     # -- cache: one pickle per key, (key, value); big values load on use --
-    loaded = {}  # file name -> entry [key, bytes as read or None, value as loaded or _UNSET]
+    loaded = {}  # file name -> entry [key, bytes as read or None, value as loaded or _UNSET, _Lazy or None]
     cache = _Cache()
     try:
         names = sorted(os.listdir(cache_dir))
@@ -102,8 +102,9 @@ def _main():
         try:
             if kn.startswith("k") and os.stat(p).st_size >= _LAZY_BYTES:
                 k = pickle.loads(binascii.unhexlify(kn[1:-4]))
-                entry = loaded[n] = [k, None, _UNSET]
-                dict.__setitem__(cache, k, _Lazy(p, entry))
+                entry = loaded[n] = [k, None, _UNSET, None]
+                entry[3] = _Lazy(p, entry)
+                dict.__setitem__(cache, k, entry[3])
                 continue
             with open(p, "rb") as f:
                 raw = f.read()
@@ -111,7 +112,7 @@ def _main():
         except Exception as e:  # a damaged entry is reported and left on disk
             out["cache_problems"].append({"key": n, "reason": "cannot load: %s: %s" % (type(e).__name__, e)})
             continue
-        loaded[n] = [k, raw, v]
+        loaded[n] = [k, raw, v, None]
         dict.__setitem__(cache, k, v)
 
     ui = {}
@@ -177,7 +178,8 @@ def _main():
                         keep.add(ln)
                 continue
             keep.add(n)
-            if e is not None and e[1] == raw:
+            if e is not None and len(raw) == (os.path.getsize(e[3].path) if e[1] is None else len(e[1])) and \
+                    raw == (e[3].raw() if e[1] is None else e[1]):
                 continue
             try:
                 _write_atomic(cache_dir, n, raw)
@@ -277,9 +279,21 @@ class _Lazy:
         if self.entry[2] is _UNSET:
             import pickle
             with open(self.path, "rb") as f:
-                raw = f.read()
-            self.entry[1], self.entry[2] = raw, pickle.loads(raw)[1]
+                try:  # unpickled from the page cache: one copy of the bytes, not two
+                    import mmap
+                    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                        self.entry[2] = pickle.loads(m)[1]
+                except (OSError, ValueError):
+                    raw = f.read()
+                    self.entry[1], self.entry[2] = raw, pickle.loads(raw)[1]
         return self.entry[2]
+
+    def raw(self):
+        """The file's bytes as loaded (read again when it was mapped)."""
+        if self.entry[1] is None:
+            with open(self.path, "rb") as f:
+                self.entry[1] = f.read()
+        return self.entry[1]
 
     def __repr__(self):
         return "<cache value not loaded>"

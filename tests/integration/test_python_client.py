@@ -172,6 +172,25 @@ def test_cache_is_restored_by_rollback(daemon):
     assert ws.run_python("print(cache)").stdout == "{'x': 1}\n"
 
 
+def test_big_cache_values_load_on_use_and_save_on_change(daemon):
+    ws = ws_of(daemon)
+    assert ws.run_python("cache['blob'] = b'y' * 200000; cache['big'] = list(range(50000)); cache['s'] = 1").changed
+    for code in ("cache['blob'] = b'y' * 200000",           # an equal value: nothing written
+                 "x = cache['big'][3]",                      # read only
+                 "print(len(cache), sorted(cache))",         # keys without values
+                 "d = dict(cache); c = {**cache}; r = repr(cache)"):
+        r = ws.run_python(code)
+        assert r.ok and not r.changed, (code, r.stderr)
+    r = ws.run_python("print(len(dict(cache)['blob']), {**cache}['big'][-1], cache.get('blob')[:2], "
+                      "type(cache).__mro__[1].__name__, isinstance(cache, dict))")
+    assert r.stdout == "200000 49999 b'yy' dict True\n"
+    assert ws.run_python("cache['big'].append(-1)").changed
+    assert ws.run_python("print(cache['big'][-2:], cache.pop('blob')[:1], sorted(cache))").stdout == \
+        "[49999, -1] b'y' ['big', 's']\n"
+    assert ws.run_python("import pickle, copy\nprint(pickle.loads(pickle.dumps(cache)) == copy.copy(cache))").stdout \
+        == "True\n"
+
+
 def test_cache_differs_between_a_fork_and_its_origin(daemon):
     ws = ws_of(daemon)
     ws.run_python("cache['who'] = 'origin'; cache['shared'] = 1")
