@@ -97,7 +97,7 @@ def _main():
         if not n.endswith(".pkl") or not head.isdigit() or by_key.get(kn) != n:
             continue
         if pickle is None:
-            import pickle
+            pickle = _pickle()
         p = os.path.join(cache_dir, n)
         try:
             if kn.startswith("k") and os.stat(p).st_size >= _LAZY_BYTES:
@@ -109,14 +109,32 @@ def _main():
             with open(p, "rb") as f:
                 raw = f.read()
             k, v = pickle.loads(raw)
-        except Exception as e:  # a damaged entry is reported and left on disk
-            out["cache_problems"].append({"key": n, "reason": "cannot load: %s: %s" % (type(e).__name__, e)})
+        except Exception as e:
+            k = _UNSET
+            if kn.startswith("k") and isinstance(e, (AttributeError, ImportError)):
+                try:  # a value of a class the code defines: loaded when used, once the code has defined it
+                    k = pickle.loads(binascii.unhexlify(kn[1:-4]))
+                except Exception:
+                    pass
+            if k is _UNSET:  # a damaged entry is reported and left on disk
+                out["cache_problems"].append({"key": n, "reason": "cannot load: %s: %s" % (type(e).__name__,
+                                                                                          _safe_str(e))})
+                continue
+            entry = loaded[n] = [k, None, _UNSET, None]
+            entry[3] = _Lazy(p, entry)
+            dict.__setitem__(cache, k, entry[3])
             continue
         loaded[n] = [k, raw, v, None]
         dict.__setitem__(cache, k, v)
 
     ui = {}
-    g = {"__name__": "__main__", "__builtins__": __builtins__, "cache": cache, "ui": ui}
+    # The code's globals are the module __main__, so its functions and
+    # classes pickle by reference (and load again once the code defines them).
+    import types
+    main = types.ModuleType("__main__")
+    g = main.__dict__
+    g.update({"__builtins__": __builtins__, "cache": cache, "ui": ui})
+    sys.modules["__main__"] = main
     sys.path.insert(0, "")  # the working directory, as for python3 -c (after the driver's own imports)
     try:
         exec(compile(code, "<run_python>", "exec"), g)
@@ -150,7 +168,7 @@ def _main():
             pass
     if isinstance(cache, dict) and (cache or loaded):
         if pickle is None:
-            import pickle
+            pickle = _pickle()
         keep = set()
         for k, v in list(dict.items(cache)):
             try:
@@ -267,6 +285,15 @@ _LAZY_BYTES = 64 * 1024  # a cache file at least this big is read when its value
 _UNSET = object()
 
 
+def _pickle():
+    """The C pickler alone: pickle.py also imports re and more (~10 ms)."""
+    try:
+        import _pickle as p
+    except ImportError:
+        import pickle as p
+    return p
+
+
 class _Lazy:
     """A cache value not read yet (its file is big): _Cache reads it on use."""
 
@@ -277,7 +304,7 @@ class _Lazy:
 
     def load(self):
         if self.entry[2] is _UNSET:
-            import pickle
+            pickle = _pickle()
             with open(self.path, "rb") as f:
                 try:  # unpickled from the page cache: one copy of the bytes, not two
                     import mmap

@@ -191,6 +191,18 @@ def test_big_cache_values_load_on_use_and_save_on_change(daemon):
         == "True\n"
 
 
+def test_cache_holds_instances_of_the_codes_classes(daemon):
+    ws = ws_of(daemon)
+    point = "class Point:\n    def __init__(self, x):\n        self.x = x\n"
+    r = ws.run_python(point + "cache['p'] = Point(3)\ncache['n'] = 1")
+    assert r.ok and r.cache_problems == (), r.cache_problems
+    r = ws.run_python("print(cache['n'], 'p' in cache)")  # Point is not defined: p waits, unread
+    assert r.stdout == "1 True\n" and r.cache_problems == () and not r.changed
+    r = ws.run_python("cache['p']")
+    assert r.error["type"] == "AttributeError" and "Point" in r.error["message"]
+    assert ws.run_python(point + "print(cache['p'].x)").stdout == "3\n"
+
+
 def test_cache_differs_between_a_fork_and_its_origin(daemon):
     ws = ws_of(daemon)
     ws.run_python("cache['who'] = 'origin'; cache['shared'] = 1")
