@@ -96,24 +96,24 @@ def _main():
         head, _, kn = n.partition("-")
         if not n.endswith(".pkl") or not head.isdigit() or by_key.get(kn) != n:
             continue
-        if pickle is None:
-            pickle = _pickle()
         p = os.path.join(cache_dir, n)
         try:
-            if kn.startswith("k") and os.stat(p).st_size >= _LAZY_BYTES:
-                k = pickle.loads(binascii.unhexlify(kn[1:-4]))
+            if kn[0] in "sk" and os.stat(p).st_size >= _LAZY_BYTES:
+                k = _key_of(kn)
                 entry = loaded[n] = [k, None, _UNSET, None]
                 entry[3] = _Lazy(p, entry)
                 dict.__setitem__(cache, k, entry[3])
                 continue
             with open(p, "rb") as f:
                 raw = f.read()
+            if pickle is None:
+                pickle = _pickle()
             k, v = pickle.loads(raw)
         except Exception as e:
             k = _UNSET
-            if kn.startswith("k") and isinstance(e, (AttributeError, ImportError)):
+            if kn[0] in "sk" and isinstance(e, (AttributeError, ImportError)):
                 try:  # a value of a class the code defines: loaded when used, once the code has defined it
-                    k = pickle.loads(binascii.unhexlify(kn[1:-4]))
+                    k = _key_of(kn)
                 except Exception:
                     pass
             if k is _UNSET:  # a damaged entry is reported and left on disk
@@ -167,12 +167,10 @@ def _main():
         except OSError:
             pass
     if isinstance(cache, dict) and (cache or loaded):
-        if pickle is None:
-            pickle = _pickle()
         keep = set()
         for k, v in list(dict.items(cache)):
             try:
-                kn = _file_name(pickle.dumps(k, protocol=4))
+                kn = _file_name(k)
                 n = by_key.get(kn)
                 if n is None:
                     seq += 1
@@ -186,6 +184,8 @@ def _main():
                 if e is not None and e[2] is v and _immutable(v, 0):  # the very object loaded
                     keep.add(n)
                     continue
+                if pickle is None:
+                    pickle = _pickle()
                 raw = pickle.dumps((k, v), protocol=4)
             except Exception as ex:
                 out["cache_problems"].append({"key": _safe_repr(k),
@@ -443,18 +443,25 @@ def _text(s):
     return s.encode("utf-8", "replace").decode("utf-8")
 
 
-def _file_name(kb):
-    """The cache file of a key, from its pickle: hex when short, else a digest."""
-    h = binascii_hexlify(kb).decode()
-    if len(h) > 160:
+def _file_name(k):
+    """KEYNAME of a key: "s" and the hex of a short string's UTF-8 (no
+    pickler needed to name or read it back), else "k" and the hex of the
+    key's pickle, or "h" and its SHA-256 when that is long."""
+    import binascii  # built in
+    if type(k) is str and _safe_text(k) and len(k.encode()) <= 100:  # the file name stays <= 218 bytes
+        return "s" + binascii.hexlify(k.encode()).decode() + ".pkl"
+    kb = _pickle().dumps(k, protocol=4)
+    if len(kb) > 80:
         import hashlib
-        h = "h" + hashlib.sha256(kb).hexdigest()
-    return "k" + h + ".pkl"
+        return "h" + hashlib.sha256(kb).hexdigest() + ".pkl"
+    return "k" + binascii.hexlify(kb).decode() + ".pkl"
 
 
-def binascii_hexlify(b):
-    import binascii  # a built-in module: no cost after the first
-    return binascii.hexlify(b)
+def _key_of(kn):
+    """The key a KEYNAME ("s" or "k") names."""
+    import binascii
+    b = binascii.unhexlify(kn[1:-4])
+    return b.decode() if kn[0] == "s" else _pickle().loads(b)
 
 
 def _read_all(fd, n):

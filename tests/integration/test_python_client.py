@@ -189,6 +189,10 @@ def test_big_cache_values_load_on_use_and_save_on_change(daemon):
         "[49999, -1] b'y' ['big', 's']\n"
     assert ws.run_python("import pickle, copy\nprint(pickle.loads(pickle.dumps(cache)) == copy.copy(cache))").stdout \
         == "True\n"
+    keys = "['é✓' * 40, 'x' * 5000, ('t', 1), 7, None, frozenset({1})]"  # long, non-ASCII and non-string keys
+    assert ws.run_python(f"for i, k in enumerate({keys}): cache[k] = i").cache_problems == ()
+    r = ws.run_python(f"print([cache[k] for k in {keys}], len(cache))")
+    assert r.stdout == "[0, 1, 2, 3, 4, 5] 8\n", r.stderr
 
 
 def test_cache_holds_instances_of_the_codes_classes(daemon):
