@@ -10,11 +10,12 @@ import signal
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 
 import pytest
 
-from conftest import find_bin
+from conftest import SANITIZER_MARKS, find_bin
 from ctl_fixtures import daemon  # noqa: F401  (fixture)
 from recovery_fixtures import Runner
 
@@ -32,50 +33,141 @@ def ws_of(d, name="user-42"):
     return workspace(name, socket=d.sock)
 
 
-# ---- nontainer's README, "The API in one glance" --------------------------
+# ---- nontainer's README, verbatim ------------------------------------------
+# The README's code blocks as the seed has them (../shared/seeds/002_*.txt;
+# checked against it when that folder is beside the repository), run with
+# only the import changed and the daemon named by $NTFS_SOCKET.
 
-def test_readme_api_in_one_glance(daemon):
-    ws = ws_of(daemon)
+SEED = os.path.join(ROOT, "..", "shared", "seeds", "002_1044345c7494fff5.txt")
 
-    ws.terminal("mkdir -p data && echo 'a,b\n1,2' > data/in.csv")
-    r = ws.run_python("""
+README_API_IN_ONE_GLANCE = """\
+from nontainer import workspace
+
+ws = workspace("user-42")            # versioned; a kvgit branch per session
+
+ws.terminal("mkdir -p data && echo 'a,b\\n1,2' > data/in.csv")
+r = ws.run_python(\"\"\"
 import csv
 rows = list(csv.reader(open('data/in.csv')))   # sees the shell's file
 cache['n_rows'] = len(rows)                      # persists across the session
 print(rows)
-""")
-    assert r.ok, r
-    assert r.stdout == "[['a', 'b'], ['1', '2']]\n"
-    assert r.namespace["rows"] == [["a", "b"], ["1", "2"]]
-    assert HEX64.fullmatch(r.checkpoint) and ws.head == r.checkpoint  # commit id this call produced
+\"\"\")
 
-    fork = ws.fork("what-if")    # O(1) branch; the original is untouched
-    assert fork.head == ws.head
-    before_python = ws.history[1].id
-    assert ws.rollback(steps=1) == before_python  # time-travel by steps
-    assert ws.run_python("print(cache.get('n_rows'))").stdout == "None\n"
-    assert fork.run_python("print(cache['n_rows'])").stdout == "2\n"  # the fork kept it
+r.checkpoint                 # commit id this call produced; ws.restore(it) undoes it
+fork = ws.fork("what-if")    # O(1) branch; the original is untouched
+ws.rollback(steps=1)         # or time-travel by steps
+ws.tag("v1")                 # name this state; it outlives the call that made it
+snap = ws.at_tag("v1")       # a frozen workspace at that name: reads, never writes
+"""
 
-    ws.restore(r.checkpoint)     # back to the state that call produced
-    assert ws.run_python("print(cache['n_rows'])").stdout == "2\n"
-    ws.tag("v1")                 # name this state
-    ws.terminal("echo later > later.txt")
-    snap = ws.at_tag("v1")       # a frozen workspace at that name: reads, never writes
-    assert snap.terminal("cat data/in.csv").stdout == "a,b\n1,2\n"
-    assert snap.terminal("test -e later.txt").exit_code == 1
-    with pytest.raises(ntfs.ReadOnly) as e:
-        snap.terminal("echo x > data/in.csv")
-    assert e.value.code == "read_only"
-    with pytest.raises(ntfs.ReadOnly):
-        snap.run_python("x = 1")
-    with pytest.raises(ntfs.ReadOnly):
-        snap.rollback()
-    assert ws.read_file("data/in.csv") == b"a,b\n1,2\n"
-    snap.close()
+README_UI = """\
+r = ws.run_python(\"\"\"
+import pandas as pd
+ui = {"chart": pd.DataFrame({"a": [1, 2, 3]}), "note": "top three"}
+\"\"\")
+
+r.namespace["ui"]["chart"]        # ArtifactPath('/workspace/ui/chart.table.json',
+                                  #              kind='table')
+r.namespace["ui"]["chart"].kind   # 'table'  -- derived from the suffix
+r.namespace["ui"]["note"]         # 'top three'  -- plain data is untouched
+r.ui_problems                     # () -- or why something did not render
+"""
+
+README_TAG_SCOPE = 'ws.tag("v1", scope="store")'
+
+
+def run_readme(block, g):
+    """Runs a README block with `from ntfs` for `from nontainer`; its globals."""
+    if os.path.exists(SEED):
+        assert block in open(SEED, encoding="utf-8").read(), "the block is not the seed's"
+    exec(compile(block.replace("from nontainer import", "from ntfs import"), "<README>", "exec"), g)
+    return g
+
+
+def test_readme_blocks_verbatim(daemon, monkeypatch):
+    monkeypatch.setenv("NTFS_SOCKET", daemon.sock)
+    g = run_readme(README_API_IN_ONE_GLANCE, {})
+    ws, r, fork, snap = g["ws"], g["r"], g["fork"], g["snap"]
+    try:
+        assert r.ok and r.stdout == "[['a', 'b'], ['1', '2']]\n", r
+        # r.checkpoint: the commit id this call produced
+        assert HEX64.fullmatch(r.checkpoint)
+        shell_commit = ws.head
+        assert shell_commit != r.checkpoint and fork.history[0].id == r.checkpoint
+        # the call's commit added the cache folder (an added folder is one entry)
+        assert [(c.path, c.kind) for c in ws.diff(shell_commit, r.checkpoint)] == [(".ntfs", "added")]
+        # the fork is the state after the call; the original was untouched by it
+        assert fork.head == r.checkpoint
+        assert fork.run_python("print(cache['n_rows'], open('data/in.csv').read())").stdout == "2 a,b\n1,2\n\n"
+        # rollback(steps=1): the state before run_python (the shell's file, no cache)
+        assert ws.head == shell_commit
+        assert ws.run_python("print(dict(cache), open('data/in.csv').read())").stdout == "{} a,b\n1,2\n\n"
+        # tag("v1") names this state and outlives the calls after it
+        assert {t["tag"]: t["commit"] for t in ws.tags()}["v1"] == shell_commit
+        ws.restore(r.checkpoint)     # ws.restore(it): back to what the call produced
+        assert ws.run_python("print(cache['n_rows'])").stdout == "2\n"
+        ws.terminal("echo later > later.txt")
+        # at_tag: a frozen workspace at that name: reads, never writes
+        assert snap.terminal("cat data/in.csv; test -e later.txt || echo absent").stdout == "a,b\n1,2\nabsent\n"
+        assert snap.terminal("ls -A .ntfs/python/cache 2>/dev/null | wc -l").stdout == "0\n"
+        for write in (lambda: snap.terminal("echo x > data/in.csv"), lambda: snap.run_python("cache['x'] = 1"),
+                      lambda: snap.rollback(), lambda: snap.tag("v2")):
+            with pytest.raises(ntfs.ReadOnly) as e:
+                write()
+            assert e.value.code == "read_only"
+        assert ws.read_file("data/in.csv") == b"a,b\n1,2\n" and ws.read_file("later.txt") == b"later\n"
+        with ws.at_tag("v1") as again:  # the tag did not move
+            assert again.head == shell_commit
+
+        g = run_readme(README_UI, {"ws": ws})
+        r = g["r"]
+        chart = r.namespace["ui"]["chart"]
+        assert repr(chart) == "ArtifactPath('/workspace/ui/chart.table.json', kind='table')"
+        assert isinstance(chart, ArtifactPath) and chart == "/workspace/ui/chart.table.json"
+        assert chart.kind == "table"
+        assert r.namespace["ui"]["note"] == "top three" and type(r.namespace["ui"]["note"]) is str
+        assert r.ui_problems == ()
+        assert [row["a"] for row in json.loads(ws.read_artifact(chart))["data"]] == [1, 2, 3]
+    finally:
+        snap.close()
     daemon.healthy()
 
 
-def test_readme_tag_scopes(daemon):
+def test_readme_tag_scope_verbatim(daemon, monkeypatch):
+    """"A tag is session-scoped by default and dies with the session;
+    ws.tag("v1", scope="store") makes a publication that outlives it,
+    readable from any session on the store.\""""
+    monkeypatch.setenv("NTFS_SOCKET", daemon.sock)
+    if os.path.exists(SEED):
+        text = " ".join(open(SEED, encoding="utf-8").read().split())
+        assert "A tag is session-scoped by default and dies with the session; `" + README_TAG_SCOPE + \
+            "` makes a publication that outlives it, readable from any session on the store." in text
+    ws = workspace("user-42")
+    ws.terminal("echo published > f")
+    published = ws.head
+    exec(README_TAG_SCOPE, {"ws": ws})
+    ws.terminal("echo mine > f")
+    ws.tag("draft")              # session-scoped by default
+    reader = workspace("user-7")
+    with reader.at_tag("v1") as snap:
+        assert snap.head == published and snap.terminal("cat f").stdout == "published\n"
+    with pytest.raises(ntfs.NotFound):
+        reader.at_tag("draft")   # another session's tag
+    with ws.at_tag("draft") as snap:
+        assert snap.terminal("cat f").stdout == "mine\n"
+    ws.end()                     # the session ends: its tag with it, the publication stays
+    later = workspace("user-8")
+    with later.at_tag("v1") as snap:
+        assert snap.terminal("cat f").stdout == "published\n"
+    assert {(t["tag"], t["scope"]) for t in later.tags()} == {("v1", "store")}
+    with pytest.raises(ntfs.NotFound):
+        later.at_tag("draft")
+    daemon.healthy()
+
+
+# ---- tags, ui kinds ----------------------------------------------------------
+
+def test_tag_scopes_and_views(daemon):
     """A session tag dies with its session; a store tag outlives it and any
     session reads it."""
     ws = ws_of(daemon, "s1")
@@ -98,37 +190,36 @@ def test_readme_tag_scopes(daemon):
     assert names == {"s2", "s3"}, "views are ended when closed"
 
 
-def test_readme_ui(daemon):
+def test_ui_kinds(daemon):
+    """Each kind docs/python.md lists: a DataFrame and a Series (table), a
+    matplotlib figure and a PIL image (PNG), a plotly figure (plotly JSON)."""
     ws = ws_of(daemon)
     r = ws.run_python("""
 import pandas as pd
-ui = {"chart": pd.DataFrame({"a": [1, 2, 3]}), "note": "top three"}
-""")
-    assert r.ok, r.stderr
-    chart = r.namespace["ui"]["chart"]
-    assert chart == "/workspace/ui/chart.table.json"
-    assert isinstance(chart, ArtifactPath) and isinstance(chart, str)
-    assert repr(chart) == "ArtifactPath('/workspace/ui/chart.table.json', kind='table')"
-    assert chart.kind == "table"
-    assert r.namespace["ui"]["note"] == "top three" and not isinstance(r.namespace["ui"]["note"], ArtifactPath)
-    assert r.ui_problems == ()
-    table = json.loads(ws.read_artifact(chart))
-    assert [row["a"] for row in table["data"]] == [1, 2, 3]
-    assert ws.read_artifact("/workspace/ui/nothing.table.json") is None
-
-    r = ws.run_python("""
 import matplotlib.pyplot as plt
+import plotly.graph_objects as go
 from PIL import Image
 fig, ax = plt.subplots()
 ax.plot([1, 2, 3])
-ui = {"fig": fig, "img": Image.new("RGB", (4, 4)), "n": [1, 2]}
+ui = {"df": pd.DataFrame({"a": [1, 2, 3]}), "s": pd.Series([4, 5], name="b"), "fig": fig,
+      "img": Image.new("RGB", (4, 4)), "bars": go.Figure(go.Bar(y=[7, 8])), "n": [1, 2]}
 """)
     assert r.ok, r.stderr
-    assert r.namespace["ui"]["fig"].kind == "image" and r.namespace["ui"]["fig"].endswith("/fig.image.png")
-    assert r.namespace["ui"]["n"] == [1, 2]
+    ui = r.namespace["ui"]
+    assert {k: (v, v.kind) for k, v in ui.items() if isinstance(v, ArtifactPath)} == {
+        "df": ("/workspace/ui/df.table.json", "table"), "s": ("/workspace/ui/s.table.json", "table"),
+        "fig": ("/workspace/ui/fig.image.png", "image"), "img": ("/workspace/ui/img.image.png", "image"),
+        "bars": ("/workspace/ui/bars.plotly.json", "plotly")}
+    assert ui["n"] == [1, 2] and r.ui_problems == ()
+    assert set(r.artifacts) == {ui[k] for k in ("df", "s", "fig", "img", "bars")}
+    assert [row["a"] for row in json.loads(ws.read_artifact(ui["df"]))["data"]] == [1, 2, 3]
+    assert [row["b"] for row in json.loads(ws.read_artifact(ui["s"]))["data"]] == [4, 5]
     for k in ("fig", "img"):
-        assert ws.read_artifact(r.namespace["ui"][k]).startswith(b"\x89PNG\r\n\x1a\n")
-    assert {str(a) for a in r.artifacts} == {"/workspace/ui/fig.image.png", "/workspace/ui/img.image.png"}
+        assert ws.read_artifact(ui[k]).startswith(b"\x89PNG\r\n\x1a\n")
+    bars = json.loads(ws.read_artifact(ui["bars"]))
+    assert bars["data"][0]["type"] == "bar" and bars["data"][0]["y"] == [7, 8]
+    assert ws.read_artifact("/workspace/ui/nothing.table.json") is None
+    assert ws.terminal("ls ui").stdout == "bars.plotly.json\ndf.table.json\nfig.image.png\nimg.image.png\ns.table.json\n"
 
 
 # ---- the session's shell and files -----------------------------------------
@@ -147,6 +238,8 @@ def test_cd_sticks_for_terminal_and_python(daemon):
 # ---- the cache ---------------------------------------------------------------
 
 def test_cache_survives_kill9_and_restart(scratch):
+    """A saved cache outlives kill -9; a call killed before it saved leaves
+    the last saved cache, whole."""
     run = Runner(scratch)
     try:
         run.start()
@@ -157,8 +250,41 @@ def test_cache_survives_kill9_and_restart(scratch):
         r = ws.run_python("print(cache['k'], cache['s'])")
         assert r.ok, r.stderr
         assert r.stdout == "[0, 1, 2, 3, 4] {'a': b'\\x00'}\n"
+
+        box = {}
+        t = threading.Thread(target=lambda: box.setdefault("r", _catch(
+            ws.run_python, "import time\ncache['k'] = 'half'\ncache['new'] = 1\nprint('in', flush=True)\n"
+                           "time.sleep(120)")))
+        t.start()
+        deadline = time.monotonic() + 60
+        while not any(e["tool"] == "run_python" and e.get("status") == "pending" for e in run.effects("k")):
+            assert time.monotonic() < deadline, run.effects("k")
+            time.sleep(0.1)
+        time.sleep(1)  # the code is in its sleep, its cache changes not saved
+        run.kill9()
+        t.join(60)
+        assert not t.is_alive()
+        run.start()
+        killed = [e for e in run.effects("k") if "'half'" in e["input"]["command"]]
+        assert [e["status"] for e in killed] == ["failed"], killed  # closed at restart: in flight at the crash
+        r = ws.run_python("print(sorted(cache.items()))")
+        assert r.stdout == "[('k', [0, 1, 2, 3, 4]), ('s', {'a': b'\\x00'})]\n", r
+        assert ws.run_python("cache['after'] = True").changed
+        fsck = run.ctl("fsck")
+        assert fsck.returncode == 0 and fsck.stdout.startswith("ok"), fsck.stdout + fsck.stderr
+        assert run.stop() == 0
+        with open(run.log_path, "rb") as f:
+            log = f.read().decode(errors="replace")
+        assert not [l for l in log.splitlines() if any(m in l for m in SANITIZER_MARKS)], log[-3000:]
     finally:
         run.close()
+
+
+def _catch(fn, *args):
+    try:
+        return fn(*args)
+    except Exception as e:  # the daemon was killed under the call
+        return e
 
 
 def test_cache_is_restored_by_rollback(daemon):
