@@ -343,6 +343,28 @@ def test_cache_differs_between_a_fork_and_its_origin(daemon):
     assert f.run_python("print(sorted(cache.items()))").stdout == "[('who', 'fork')]\n"
 
 
+def test_fork_at_a_past_point_history_and_diff(daemon):
+    ws = ws_of(daemon)
+    first = ws.run_python("cache['v'] = 1\nopen('a.txt', 'w').write('one\\n')").checkpoint
+    second = ws.run_python("cache['v'] = 2\nopen('a.txt', 'w').write('two!\\n')\nopen('b.txt', 'w').write('b')").checkpoint
+    hist = ws.history
+    assert [c.id for c in hist[:2]] == [second, first]
+    assert hist[0].effect and all(HEX64.fullmatch(c.id) for c in hist)
+    old = ws.fork("from-first", at=first)  # a fork from a past point, its cache with it
+    assert old.head == first and ws.head == second
+    assert old.run_python("print(cache['v'], open('a.txt').read(), end='')").stdout == "1 one\n"
+    assert ws.run_python("print(cache['v'])").stdout == "2\n"
+    changes = {c.path: c for c in ws.diff(first, second)}
+    cache_file = [p for p in changes if p.startswith(".ntfs/python/cache/")]
+    assert set(changes) - set(cache_file) == {"a.txt", "b.txt"}
+    assert len(cache_file) == 1 and cache_file[0].endswith("-s76.pkl")  # the key 'v' (hex 76), rewritten
+    assert changes[cache_file[0]].kind == "modified"
+    assert changes["a.txt"].kind == "modified" and (changes["a.txt"].old_size, changes["a.txt"].new_size) == (4, 5)
+    assert changes["b.txt"].kind == "added"
+    ws.terminal("rm b.txt")
+    assert [(c.path, c.kind) for c in ws.diff(second)] == [("b.txt", "deleted")]  # to the working state
+
+
 # ---- bad input ---------------------------------------------------------------
 
 def test_bad_input_gives_clear_results(daemon):
@@ -357,7 +379,10 @@ def test_bad_input_gives_clear_results(daemon):
     assert r.namespace["x"] == 5  # what ran before the exception is kept
     assert ws.run_python("print(cache['before'])").stdout == "5\n"
 
-    r = ws.run_python("cache['lost'] = 1\nprint('started', flush=True)\nwhile True: pass", timeout=2)
+    t0 = time.monotonic()
+    r = ws.run_python("import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"  # deaf to a polite stop
+                      "cache['lost'] = 1\nprint('started', flush=True)\nwhile True: pass", timeout=2)
+    assert time.monotonic() - t0 < 60
     assert r.timed_out and r.exit_code == 124
     assert r.error["type"] == "Timeout" and "timeout" in r.error["message"]
     assert ws.run_python("print('lost' in cache, cache['kept'])").stdout == "False yes\n"
@@ -385,6 +410,10 @@ def test_bad_input_gives_clear_results(daemon):
                              "'_', '-' and '.' (not first)", "3: ui names are strings")
     assert ws.terminal("ls ui 2>&1; ls .. | grep -c evil").stdout.endswith("0\n")
 
+    r = ws.run_python("x = (")
+    assert r.exit_code == 1 and r.error["type"] == "SyntaxError" and "line 1" in r.error["message"]
+    assert 'File "<run_python>", line 1' in r.traceback
+
     r = ws.run_python("import os; os._exit(3)")
     assert r.exit_code == 3 and r.error["type"] == "Ended"
 
@@ -398,6 +427,13 @@ def test_bad_input_gives_clear_results(daemon):
     r = ws.run_python("big = 10 ** 30; nan = float('nan'); ok = 2 ** 62")
     assert "big" not in r.namespace and "nan" not in r.namespace and r.namespace["ok"] == 2 ** 62
     assert {o["name"] for o in r.omitted} == {"big", "nan"}
+
+    r = ws.run_python("cache = 5\nui = 5")  # rebound to what is not a dict: reported, the cache kept
+    assert r.exit_code == 0 and not r.changed
+    assert [p["reason"] for p in r.cache_problems] == ["'cache' was rebound to a int; not saved"]
+    assert r.ui_problems == (": 'ui' is a int, not a dict",)
+    assert ws.run_python("cache = {'only': 1}").changed  # rebound to a dict: that is the cache now
+    assert ws.run_python("print(cache)").stdout == "{'only': 1}\n"
     daemon.healthy()
 
 
