@@ -510,8 +510,16 @@ def test_merge_of_a_fork(daemon):
     assert [c["path"] for c in e.value.conflicts] == ["same.txt"]
     assert e.value.code == "conflict"
     assert ws.head == head and ws.read_file("same.txt") == b"A\n"
+    with pytest.raises(ntfs.MergeConflict):
+        ws.apply(g)              # nontainer's name for it
+    h = ws.fork("later")
+    h.terminal("echo applied > applied.txt")
+    assert ws.apply(h).checkpoint == ws.head and ws.read_file("applied.txt") == b"applied\n"
+    with ws.at_tag(head) as snap:
+        with pytest.raises(ntfs.ReadOnly):
+            snap.apply(h)
     names = {s["name"] for s in daemon.http("GET", "/v1/sessions").json["sessions"]}
-    assert names == {"user-42", "topic", "clash"}, "the merge's scratch sessions are gone"
+    assert names == {"user-42", "topic", "clash", "later"}, "the merge's scratch sessions are gone"
 
 
 # ---- what ntfs adds ------------------------------------------------------

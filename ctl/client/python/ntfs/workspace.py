@@ -312,6 +312,10 @@ class Workspace:
                 except NtfsError:
                     pass
 
+    def apply(self, other: "Workspace | str", base: str | None = None) -> MergeResult:
+        """nontainer's other name for merge: brings a fork's changes back."""
+        return self.merge(other, base)
+
     # -- files -----------------------------------------------------------
     def read_file(self, path: str) -> bytes:
         """A file's bytes (read in the jail, read-only); NotFound when it
