@@ -235,6 +235,21 @@ def test_cd_sticks_for_terminal_and_python(daemon):
     assert ws.run_python("import helper\nprint(helper.twice(21))").stdout == "42\n"  # cwd is importable
 
 
+def test_code_crosses_intact(daemon):
+    """The code travels base64 on the jail's command line: every length
+    modulo 3, non-ASCII text, quotes and shell characters, and exactly the
+    64 KiB limit arrive as written."""
+    ws = ws_of(daemon)
+    for tail in ("", "x", "xy", "é", "✓'\"$(rm -rf /)`;|&\\"):
+        text = "s = " + repr(tail) + "\n"
+        r = ws.run_python(text)
+        assert r.ok and r.namespace["s"] == tail, (tail, r.stderr)
+    code = "n = 1\n"
+    code += "#" * (64 * 1024 - len(code.encode()))
+    assert len(code.encode()) == 64 * 1024
+    assert ws.run_python(code).namespace["n"] == 1
+
+
 # ---- the cache ---------------------------------------------------------------
 
 def test_cache_survives_kill9_and_restart(scratch):
