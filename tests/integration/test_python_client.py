@@ -309,8 +309,21 @@ def test_cache_is_restored_by_rollback(daemon):
     r = ws.run_python("print(cache)")
     assert r.stdout == "{'x': 2, 'y': 'new'}\n"
     assert not r.changed, "a call that changes nothing (the cache included) makes no commit"
+    later = ws.head
     ws.rollback(steps=1)
     assert ws.run_python("print(cache)").stdout == "{'x': 1}\n"
+    ws.restore(later)
+    assert ws.run_python("print(cache)").stdout == "{'x': 2, 'y': 'new'}\n"
+
+    # a big value (read from its file on use) and a file written beside it go back together
+    ws.run_python("cache['big'] = b'a' * 300000\nopen('f.txt', 'w').write('a')")
+    ws.run_python("cache['big'] = b'b' * 300001\nopen('f.txt', 'w').write('b')")
+    ws.rollback(steps=1)
+    r = ws.run_python("print(len(cache['big']), cache['big'][:1], open('f.txt').read())")
+    assert r.stdout == "300000 b'a' a\n", r.stderr
+    ws.rollback(steps=1)
+    r = ws.run_python("import os\nprint(sorted(cache), os.path.exists('f.txt'))")
+    assert r.stdout == "['x', 'y'] False\n", r.stderr
 
 
 def test_big_cache_values_load_on_use_and_save_on_change(daemon):
