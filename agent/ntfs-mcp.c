@@ -341,9 +341,12 @@ struct tool {
 
 static json_t *run_exec(ntfs_client *c, struct call *call, const json_t *args) {
         static const char *const keys[] = {"command", "timeout", NULL};
+        static const char *const py_keys[] = {"code", "timeout", NULL}; /* run_python (docs/python.md) */
+        bool py = strcmp(call->tool->name, "run_python") == 0;
         const char *cmd;
         json_t *e;
-        if ((e = check_keys(args, keys)) || (e = want_string(args, "command", true, MCP_COMMAND_MAX, &cmd)))
+        if ((e = check_keys(args, py ? py_keys : keys)) ||
+            (e = want_string(args, py ? "code" : "command", true, MCP_COMMAND_MAX, &cmd)))
                 return e;
         json_t *t = json_object_get(args, "timeout");
         if (t && !json_is_null(t) &&
@@ -373,6 +376,18 @@ static json_t *run_exec(ntfs_client *c, struct call *call, const json_t *args) {
                 tb_add(&b, json_string_value(err), json_string_length(err));
                 if (json_is_true(json_object_get(res, "stderr_truncated")))
                         tb_printf(&b, "\n[stderr truncated]");
+        }
+        if (py) { /* what the code left: bindings, ui problems, cache problems */
+                static const char *const extra[] = {"namespace", "ui_problems", "cache_problems"};
+                for (size_t i = 0; i < ARRAY_SIZE(extra); i++) {
+                        json_t *v = json_object_get(res, extra[i]);
+                        if (!v || (json_is_array(v) && json_array_size(v) == 0))
+                                continue;
+                        _cleanup_free_ char *txt = json_dumps(v, JSON_COMPACT | JSON_ENSURE_ASCII);
+                        if (txt)
+                                tb_printf(&b, "%s[%s] %s", b.len && b.p[b.len - 1] != '\n' ? "\n" : "", extra[i],
+                                          txt);
+                }
         }
         tb_printf(&b, "%s[exit code %" JSON_INTEGER_FORMAT "%s%s%s%s%s%s; %s, %" JSON_INTEGER_FORMAT " ms]",
                   b.len && b.p[b.len - 1] != '\n' ? "\n" : "", jint(res, "exit_code"),
@@ -618,6 +633,19 @@ static const struct tool tools[] = {
          "writable, loopback network only. It is never re-run after a crash. Prefer bash_write or "
          "bash_build when the command only changes files.",
          EXEC_SCHEMA, run_exec, true, false, true, false, true},
+        {"run_python", "Run Python code",
+         "Run Python 3 code in the session's jail (/usr/bin/python3, pandas, matplotlib and PIL available) "
+         "in the shell's working directory, /workspace writable, no network, then checkpoint. The dict "
+         "'cache' persists from call to call (it is saved in the workspace, so rollback and fork carry "
+         "it); values put in the dict 'ui' are returned, DataFrames, figures and images as files under "
+         "/workspace/ui. Returns stdout, stderr (with the traceback of an exception), the bindings that "
+         "are plain data, and the exit code.",
+         "{\"type\":\"object\",\"properties\":{"
+         "\"code\":{\"type\":\"string\",\"description\":\"Python source (at most 64 KiB)\"},"
+         "\"timeout\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":86400,"
+         "\"description\":\"wall-clock limit in seconds (the policy's limit applies when smaller)\"}},"
+         "\"required\":[\"code\"],\"additionalProperties\":false}",
+         run_exec, true, false, true, false, false},
         {"fetch_url", "Fetch a URL",
          "Fetch an http(s) URL through ntfs's gateway (hosts and ports the policy allows; credentials are "
          "added by the gateway, never shown). Returns the status, the final URL after redirects, selected "

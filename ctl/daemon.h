@@ -196,6 +196,13 @@ int d_run_tool_io(const char *session, const char *tool, const char *command, co
 /* POST /v1/sessions/{name}/exec/stream (ctl/routes-exec-stream.c). */
 int d_h_exec_stream(void *ud, const ntfs_http_request *req, ntfs_http_response *resp);
 void d_conn_free(void *ud, void *data);
+/* The run_python tool (ctl/run-python.c, docs/python.md). d_python_command:
+ * the jail command running code (at most D_PYTHON_CODE_MAX bytes, else
+ * -E2BIG) under the embedded driver, *ret_command to free, *ret_env static;
+ * d_python_result: merges the driver's report (the jail's stdout) into res. */
+#define D_PYTHON_CODE_MAX (64 * 1024)
+int d_python_command(const char *code, size_t output_limit, char **ret_command, const char *const **ret_env);
+void d_python_result(json_t *res);
 /* fetch_url through the gateway, journaled as irreversible (ctl/routes-fetch.c);
  * d_run_tool calls it for tools of kind FETCH, with the URL as `command`. */
 int d_run_fetch(const char *session, const char *url, const char *key, json_t **ret, char *why, size_t whylen)

@@ -329,6 +329,31 @@ static int finish_effect(const struct ntfs_effect *eff, int status, json_t *res,
         return r;
 }
 
+/* run_python's result (ctl/run-python.c) with its stdout and stderr — the
+ * code's own, from the driver's report — held to the same rule as any
+ * command's: clean text, else lossy text plus the _b64 bytes. */
+static int python_result(json_t *res) {
+        (void)json_object_del(res, "stdout_b64");
+        (void)json_object_del(res, "stderr_b64");
+        d_python_result(res);
+        static const char *const keys[] = { "stdout", "stderr" };
+        for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
+                json_t *v = json_object_get(res, keys[i]);
+                if (!json_is_string(v))
+                        continue;
+                size_t n = json_string_length(v);
+                _cleanup_free_ char *copy = malloc(n + 1);
+                if (!copy)
+                        return -ENOMEM;
+                memcpy(copy, json_string_value(v), n);
+                copy[n] = 0;
+                int r = set_output(res, keys[i], copy, n);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
 /* Runs one jailed tool call, journaled; *ret is the result object. cancel:
  * see h_exec_cancel (NULL: not cancellable). io: a streaming call's
  * (ctl/routes-exec-stream.c), or NULL. */
@@ -441,11 +466,19 @@ static int run_tool(const char *session, const char *tool, const char *command, 
         char group[128];
         session_group(session, group, sizeof group);
         const struct ntfs_session_limits *lim = ntfs_policy_limits(D.pol);
+        _cleanup_free_ char *pycmd = NULL; /* run_python: the driver's command (ctl/run-python.c) */
+        const char *const *pyenv = NULL;
+        if (spec->id == NTFS_TOOL_RUN_PYTHON && (r = d_python_command(command, out_limit, &pycmd, &pyenv)) < 0) {
+                snprintf(why, whylen, "run_python: %s", r == -E2BIG ? "the code is longer than 64 KiB" : ntfs_strerror(r));
+                ntfs_journal_effect_finish(D.j, eff.id, NTFS_EFFECT_FAILED, NULL, NULL, why);
+                ntfs_effect_release(&eff);
+                return r == -E2BIG ? -NTFS_EBADREQ : r;
+        }
         struct ntfs_jail_spec js = { .jail_binary = D.jail_bin, .workspace = mp,
                                      .workspace_ro = !spec->workspace_rw,
                                      .net = spec->net == NTFS_NET_LOOPBACK ? NTFS_JAIL_NET_LOOPBACK
                                                                            : NTFS_JAIL_NET_NONE,
-                                     .command = command, .state_in = state,
+                                     .command = pycmd ? pycmd : command, .env = pyenv, .state_in = state,
                                      .timeout_ms = timeout_s > 0 && (uint64_t)(timeout_s * 1000) < timeout_ms
                                                            ? (uint64_t)(timeout_s * 1000)
                                                            : timeout_ms,
@@ -508,6 +541,14 @@ static int run_tool(const char *session, const char *tool, const char *command, 
                 ntfs_jail_result_release(&jr);
                 ntfs_effect_release(&eff);
                 return -ENOMEM;
+        }
+        if (pycmd && (r = python_result(res)) < 0) {
+                json_decref(res);
+                snprintf(why, whylen, "out of memory building the result");
+                effect_fail(eff.id, why);
+                ntfs_jail_result_release(&jr);
+                ntfs_effect_release(&eff);
+                return r;
         }
         char after[NTFS_HEX_LEN + 1] = "";
         if (spec->checkpoint_after) {

@@ -108,7 +108,10 @@ static int h_seed_tool(void *ud, const ntfs_http_request *req, ntfs_http_respons
         if (!cmd)
                 cmd = d_jstr(input, "url"); /* fetch_url */
         if (!cmd)
-                return ntfs_http_error(resp, -NTFS_EBADREQ, "tool_input.command (or .url for fetch_url) is required for %s",
+                cmd = d_jstr(input, "code"); /* run_python */
+        if (!cmd)
+                return ntfs_http_error(resp, -NTFS_EBADREQ,
+                                       "tool_input.command (.url for fetch_url, .code for run_python) is required for %s",
                                        tool);
         char why[512] = "";
         json_t *res;

@@ -57,11 +57,13 @@ static const struct ntfs_tool_spec builtin_tools[NTFS_TOOL_COUNT] = {
           false, false, 30 * 1000, 10 * 1024 * 1024, false },
         { "llm_generate", NTFS_TOOL_LLM_GENERATE, NTFS_TOOL_KIND_LLM, NTFS_CLASS_RECORDED, NTFS_NET_HOST,
           false, false, 300 * 1000, 8 * 1024 * 1024, false },
+        { "run_python", NTFS_TOOL_RUN_PYTHON, NTFS_TOOL_KIND_EXEC, NTFS_CLASS_REPLAYABLE_FAST, NTFS_NET_NONE,
+          true, true, 300 * 1000, 16 * 1024 * 1024, false },
 };
 
 static const char *const call_counter_names[NTFS_TOOL_COUNT] = {
         "calls.bash_read", "calls.bash_write", "calls.bash_build",
-        "calls.bash_run",  "calls.fetch_url",  "calls.llm_generate",
+        "calls.bash_run",  "calls.fetch_url",  "calls.llm_generate", "calls.run_python",
 };
 
 const char *ntfs_effect_class_name(enum ntfs_effect_class c) {

@@ -59,6 +59,7 @@ enum ntfs_tool_id {
         NTFS_TOOL_BASH_RUN,
         NTFS_TOOL_FETCH_URL,
         NTFS_TOOL_LLM_GENERATE,
+        NTFS_TOOL_RUN_PYTHON,
         NTFS_TOOL_COUNT
 };
 

@@ -17,6 +17,8 @@ PKGS=(
   fio fuse-overlayfs bubblewrap
   linux-perf  # tools/bench-fs.sh BENCH_REQS=1: FUSE requests per row (tracepoints)
   ceph-mon ceph-osd radosgw  # remotes: a real S3 gateway for tests/integration/test_remote.py
+  # run_python's ui artifacts, inside the jail (docs/python.md)
+  python3-pandas python3-matplotlib python3-pil python3-plotly
 )
 
 missing=()

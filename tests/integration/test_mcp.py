@@ -33,8 +33,8 @@ from ctl_fixtures import Daemon
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MCP_DIR = os.path.join(os.path.dirname(HERE), "mcp")
-TOOLS = {"bash_read", "bash_write", "bash_build", "bash_run", "fetch_url", "checkpoint", "rollback", "fork",
-         "tag", "log", "diff"}
+TOOLS = {"bash_read", "bash_write", "bash_build", "bash_run", "run_python", "fetch_url", "checkpoint", "rollback",
+         "fork", "tag", "log", "diff"}
 
 # bash_run is left out of the allow list so that a refused call can be shown;
 # loopback is allowed for fetch_url (127.0.0.1 is a private address, so it
