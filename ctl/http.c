@@ -6,14 +6,18 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <http_parser.h>
 #include <poll.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -25,6 +29,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "ctl/router.h"
+#include "ctl/tcp-peer.h"
 #include "common/banned.h"
 
 #define MAX_EXTRA_HEADERS 16
@@ -977,6 +982,7 @@ struct ntfs_http_server {
         ntfs_http_handler handler;
         void *userdata;
         int listen_fd;
+        int tcp_fd; /* cfg.tcp_listen, or -1 */
         int wake[2];
         pthread_t accept_thread;
         bool started;
@@ -1007,9 +1013,20 @@ int ntfs_http_server_new(const struct ntfs_http_config *cfg, ntfs_http_handler h
                 return -ENOMEM;
         }
         s->cfg.socket_path = s->path;
+        if (cfg->tcp_listen) {
+                struct sockaddr_storage a;
+                socklen_t al;
+                int r = ntfs_tcp_parse_listen(cfg->tcp_listen, &a, &al);
+                if (r < 0 || !(s->cfg.tcp_listen = strdup(cfg->tcp_listen))) {
+                        free(s->path);
+                        free(s);
+                        return r < 0 ? r : -ENOMEM;
+                }
+        }
         s->handler = handler;
         s->userdata = userdata;
         s->listen_fd = -1;
+        s->tcp_fd = -1;
         s->wake[0] = s->wake[1] = -1;
         pthread_mutex_init(&s->lock, NULL);
         *ret = s;
@@ -1202,14 +1219,98 @@ static void reject(int fd, int status, const char *code, const char *msg) {
         close(fd);
 }
 
+/* May the owner of a loopback TCP client socket use the server: who may
+ * open the Unix socket (root, the server's own uid, the socket's group). */
+static bool tcp_peer_allowed(const ntfs_http_server *s, uid_t uid) {
+        if (uid == 0 || uid == geteuid())
+                return true;
+        if (!s->cfg.has_group)
+                return false;
+        struct passwd pw, *pwp = NULL;
+        char buf[4096];
+        if (getpwuid_r(uid, &pw, buf, sizeof buf, &pwp) != 0 || !pwp)
+                return false;
+        if (pw.pw_gid == s->cfg.group)
+                return true;
+        gid_t groups[256];
+        int n = 256;
+        if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &n) < 0)
+                return false;
+        for (int i = 0; i < n; i++)
+                if (groups[i] == s->cfg.group)
+                        return true;
+        return false;
+}
+
+/* Takes an accepted connection: its peer's credentials, then a thread of
+ * its own. Closes fd on every refusal. */
+static void take_conn(ntfs_http_server *s, int fd, bool tcp) {
+        /* Streamed responses (archive export) go out in 256 KiB writes:
+         * a send buffer of several of them lets the handler run ahead of
+         * the reader instead of waking up every ~100 KiB (capped by
+         * net.core.wmem_max; failure is harmless). */
+        int sndbuf = 4 << 20;
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+        struct ntfs_http_peer peer = { 0 };
+        if (tcp) {
+                uid_t uid = 0;
+                int r = ntfs_tcp_peer_uid(fd, &uid);
+                if (r < 0 || !tcp_peer_allowed(s, uid)) {
+                        if (r < 0)
+                                log_warn("http: the TCP client's user is unknown (%s): refused", ntfs_strerror(r));
+                        reject(fd, 403, "forbidden",
+                               "this listener serves only the users who may open the daemon's socket");
+                        return;
+                }
+                peer = (struct ntfs_http_peer){ .pid = 0, .uid = uid, .gid = (gid_t)-1 };
+                int one = 1;
+                (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        } else {
+                struct ucred uc;
+                socklen_t ul = sizeof uc;
+                if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &ul) < 0) {
+                        close(fd);
+                        return;
+                }
+                peer = (struct ntfs_http_peer){ .pid = uc.pid, .uid = uc.uid, .gid = uc.gid };
+        }
+        pthread_mutex_lock(&s->lock);
+        bool full = s->n_active >= s->cfg.max_connections;
+        pthread_mutex_unlock(&s->lock);
+        if (full) {
+                reject(fd, 503, "too_many_connections", "too many connections; try again later");
+                return;
+        }
+        struct conn_rec *rec = calloc(1, sizeof *rec);
+        if (!rec) {
+                reject(fd, 503, "out_of_memory", "out of memory");
+                return;
+        }
+        rec->srv = s;
+        rec->fd = fd;
+        rec->peer = peer;
+        pthread_mutex_lock(&s->lock);
+        if (pthread_create(&rec->thread, NULL, conn_thread, rec) != 0) {
+                pthread_mutex_unlock(&s->lock);
+                free(rec);
+                reject(fd, 503, "too_many_connections", "cannot start a connection thread");
+                return;
+        }
+        s->n_active++;
+        rec->next = s->conns;
+        s->conns = rec;
+        pthread_mutex_unlock(&s->lock);
+}
+
 static void *accept_thread(void *arg) {
         ntfs_http_server *s = arg;
         for (;;) {
-                struct pollfd pfd[2] = {
+                struct pollfd pfd[3] = {
                         { .fd = s->listen_fd, .events = POLLIN },
                         { .fd = s->wake[0], .events = POLLIN },
+                        { .fd = s->tcp_fd, .events = POLLIN }, /* -1: ignored */
                 };
-                int pr = poll(pfd, 2, -1);
+                int pr = poll(pfd, 3, -1);
                 if (pr < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -1223,57 +1324,20 @@ static void *accept_thread(void *arg) {
                                 break;
                         reap(s, false);
                 }
-                if (!(pfd[0].revents & POLLIN))
-                        continue;
-                int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-                if (fd < 0) {
-                        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-                                reap(s, false);
-                                struct timespec ts = { 0, 20 * 1000 * 1000 };
-                                nanosleep(&ts, NULL);
+                for (int l = 0; l < 3; l += 2) {
+                        if (!(pfd[l].revents & POLLIN))
+                                continue;
+                        int fd = accept4(pfd[l].fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                        if (fd < 0) {
+                                if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                                        reap(s, false);
+                                        struct timespec ts = { 0, 20 * 1000 * 1000 };
+                                        nanosleep(&ts, NULL);
+                                }
+                                continue;
                         }
-                        continue;
+                        take_conn(s, fd, l == 2);
                 }
-                /* Streamed responses (archive export) go out in 256 KiB writes:
-                 * a send buffer of several of them lets the handler run ahead of
-                 * the reader instead of waking up every ~100 KiB (capped by
-                 * net.core.wmem_max; failure is harmless). */
-                int sndbuf = 4 << 20;
-                (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
-                struct ucred uc;
-                socklen_t ul = sizeof uc;
-                if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &ul) < 0) {
-                        close(fd);
-                        continue;
-                }
-                pthread_mutex_lock(&s->lock);
-                bool full = s->n_active >= s->cfg.max_connections;
-                pthread_mutex_unlock(&s->lock);
-                if (full) {
-                        reject(fd, 503, "too_many_connections", "too many connections; try again later");
-                        continue;
-                }
-                struct conn_rec *rec = calloc(1, sizeof *rec);
-                if (!rec) {
-                        reject(fd, 503, "out_of_memory", "out of memory");
-                        continue;
-                }
-                rec->srv = s;
-                rec->fd = fd;
-                rec->peer.pid = uc.pid;
-                rec->peer.uid = uc.uid;
-                rec->peer.gid = uc.gid;
-                pthread_mutex_lock(&s->lock);
-                if (pthread_create(&rec->thread, NULL, conn_thread, rec) != 0) {
-                        pthread_mutex_unlock(&s->lock);
-                        free(rec);
-                        reject(fd, 503, "too_many_connections", "cannot start a connection thread");
-                        continue;
-                }
-                s->n_active++;
-                rec->next = s->conns;
-                s->conns = rec;
-                pthread_mutex_unlock(&s->lock);
         }
         return NULL;
 }
@@ -1302,6 +1366,25 @@ static int clear_stale(const char *path) {
                 return -errno;
         if (unlink(path) < 0 && errno != ENOENT)
                 return -errno;
+        return 0;
+}
+
+/* The loopback TCP listener (cfg.tcp_listen, checked when the server was
+ * made). */
+static int listen_tcp(ntfs_http_server *s) {
+        struct sockaddr_storage a;
+        socklen_t al;
+        int r = ntfs_tcp_parse_listen(s->cfg.tcp_listen, &a, &al);
+        if (r < 0)
+                return r;
+        _cleanup_close_ int fd = socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return -errno;
+        int one = 1;
+        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, (struct sockaddr *)&a, al) < 0 || listen(fd, 128) < 0)
+                return -errno;
+        s->tcp_fd = TAKE_FD(fd);
         return 0;
 }
 
@@ -1336,12 +1419,22 @@ int ntfs_http_server_start(ntfs_http_server *s) {
                 unlink(s->path);
                 return r;
         }
+        if (s->cfg.tcp_listen && (r = listen_tcp(s)) < 0) {
+                close(s->wake[0]);
+                close(s->wake[1]);
+                s->wake[0] = s->wake[1] = -1;
+                unlink(s->path);
+                return r;
+        }
         s->listen_fd = TAKE_FD(fd);
         atomic_store(&s->stopping, false);
         r = pthread_create(&s->accept_thread, NULL, accept_thread, s);
         if (r != 0) {
                 close(s->listen_fd);
                 s->listen_fd = -1;
+                if (s->tcp_fd >= 0)
+                        close(s->tcp_fd);
+                s->tcp_fd = -1;
                 close(s->wake[0]);
                 close(s->wake[1]);
                 s->wake[0] = s->wake[1] = -1;
@@ -1360,6 +1453,9 @@ void ntfs_http_server_stop(ntfs_http_server *s) {
         pthread_join(s->accept_thread, NULL);
         close(s->listen_fd);
         s->listen_fd = -1;
+        if (s->tcp_fd >= 0)
+                close(s->tcp_fd);
+        s->tcp_fd = -1;
         /* remove our socket file (not a successor's) */
         struct stat st;
         if (lstat(s->path, &st) == 0 && st.st_dev == s->dev && st.st_ino == s->ino)
@@ -1382,6 +1478,7 @@ void ntfs_http_server_free(ntfs_http_server *s) {
         ntfs_http_server_stop(s);
         pthread_mutex_destroy(&s->lock);
         free(s->path);
+        free((char *)s->cfg.tcp_listen);
         free(s);
 }
 

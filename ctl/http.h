@@ -80,6 +80,12 @@ struct ntfs_http_config {
         unsigned write_timeout_ms;  /* a client that does not read its answer; 0 = 30 s */
         ntfs_router *router;        /* borrowed; must outlive the server; see above */
         bool raw_body;              /* without a router: never parse JSON */
+        /* Also listen on this loopback TCP address ("127.0.0.1:7878",
+         * "[::1]:7878"; NULL: no TCP). A connection is served only when the
+         * uid owning its client socket (tcp-peer.h) is 0, the server's own,
+         * or, with has_group, a member of group: who may open the Unix
+         * socket. Others get 403 forbidden. The peer's pid is 0. */
+        const char *tcp_listen;
         /* Called on the connection's thread when the connection ends and its
          * conn_data slot is non-NULL. */
         void (*conn_data_free)(void *userdata, void *conn_data);

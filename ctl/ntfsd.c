@@ -26,6 +26,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "ctl/tcp-peer.h"
 #include "ctl/daemon.h"
 #include "ctl/jsonutil.h"
 #include "common/banned.h"
@@ -624,7 +625,7 @@ static void *auto_main(void *arg) {
 
 static void usage(FILE *f) {
         fprintf(f, "Usage: ntfsd [--store DIR] [--socket PATH] [-f|--foreground] [--log-level LEVEL]\n"
-                   "             [--policy FILE] [--env-file FILE] [--jail PATH]\n"
+                   "             [--policy FILE] [--env-file FILE] [--jail PATH] [--listen ADDR:PORT]\n"
                    "\n"
                    "The ntfs daemon: owns one store, serves its control socket and its mounts.\n"
                    "  --store DIR       store folder (default: $NTFS_STORE, else ./.store)\n"
@@ -634,6 +635,9 @@ static void usage(FILE *f) {
                    "  --policy FILE     policy file (docs/policy.md); default: the built-in registry\n"
                    "  --env-file FILE   .env-style file with ANTHROPIC_API_KEY etc. (gateway credentials)\n"
                    "  --jail PATH       the ntfs-jail helper (default: found next to ntfsd)\n"
+                   "  --listen A:P      also serve the API on loopback TCP (127.0.0.1:7878, [::1]:7878;\n"
+                   "                    off by default): only for the users who may open the socket,\n"
+                   "                    checked through the kernel's socket table (docs/protocol.md)\n"
                    "SIGTERM or SIGINT: unmount everything, flush the store, exit 0.\n");
 }
 
@@ -667,10 +671,11 @@ int main(int argc, char **argv) {
                 { "foreground", no_argument, NULL, 'f' },     { "log-level", required_argument, NULL, 'l' },
                 { "policy", required_argument, NULL, 'p' },   { "env-file", required_argument, NULL, 'e' },
                 { "jail", required_argument, NULL, 'j' },     { "help", no_argument, NULL, 'h' },
+                { "listen", required_argument, NULL, 'L' },
                 { NULL, 0, NULL, 0 },
         };
         const char *store = getenv("NTFS_STORE"), *sock = getenv("NTFS_SOCKET"), *policy = NULL, *envf = NULL,
-                   *jail = NULL;
+                   *jail = NULL, *listen_tcp = NULL;
         int c;
         while ((c = getopt_long(argc, argv, "fh", opts, NULL)) != -1) {
                 switch (c) {
@@ -700,6 +705,23 @@ int main(int argc, char **argv) {
                 case 'j':
                         jail = optarg;
                         break;
+                case 'L': {
+                        struct sockaddr_storage a;
+                        socklen_t al;
+                        int lr = ntfs_tcp_parse_listen(optarg, &a, &al);
+                        if (lr == -EPERM) {
+                                fprintf(stderr, "ntfsd: --listen %s: not a loopback address (127.0.0.0/8 or ::1): "
+                                                "the API must not be reachable from another host\n", optarg);
+                                return 2;
+                        }
+                        if (lr < 0) {
+                                fprintf(stderr, "ntfsd: --listen %s: expected ADDRESS:PORT, e.g. 127.0.0.1:7878 "
+                                                "or [::1]:7878\n", optarg);
+                                return 2;
+                        }
+                        listen_tcp = optarg;
+                        break;
+                }
                 case 'h':
                         usage(stdout);
                         return 0;
@@ -795,9 +817,10 @@ int main(int argc, char **argv) {
         mounts_restore();
 
         struct ntfs_http_config cfg = { .socket_path = D.socket_path, .router = D.router,
-                                        .conn_data_free = d_conn_free };
+                                        .conn_data_free = d_conn_free, .tcp_listen = listen_tcp };
         if ((r = ntfs_http_server_new(&cfg, NULL, &D, &D.srv)) < 0 || (r = ntfs_http_server_start(D.srv)) < 0) {
-                fprintf(stderr, "ntfsd: cannot serve %s: %s\n", D.socket_path, ntfs_strerror(r));
+                fprintf(stderr, "ntfsd: cannot serve %s%s%s: %s\n", D.socket_path, listen_tcp ? " and " : "",
+                        listen_tcp ? listen_tcp : "", ntfs_strerror(r));
                 return 1;
         }
         if (pthread_create(&D.auto_thread, NULL, auto_main, NULL) != 0) {
