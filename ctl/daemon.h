@@ -126,6 +126,9 @@ int d_checkpoint(const char *name, const char *msg, const char *effect, ntfs_has
  * counters (journal) and the workspace size (store), charges the call
  * counters, and gives the limits to run it with. -NTFS_EDENIED,
  * -NTFS_EQUOTA (why names the rule), -NTFS_ENOTFOUND. */
+/* The daemon-wide current seed session (the last /session/start's; a copy,
+ * or NULL): ctl/routes-seed.c. */
+char *d_seed_current(void);
 int d_policy_admit(const char *session, const char *tool, uint64_t *ret_timeout_ms, uint64_t *ret_output_limit,
                    char *why, size_t whylen);
 /* State-changing commands in flight, and fsyncs made meanwhile through the

@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,37 @@
 #include "common/banned.h"
 
 /* ---- the seed's paths ------------------------------------------------------------------- */
+
+/* The daemon-wide current seed session: the last /session/start's, as
+ * NanoAgent's sidecar keeps one, for calls that name none on a connection
+ * that started none (each `curl` is a connection of its own). */
+static pthread_mutex_t current_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *current;
+
+static void current_set(const char *name) {
+        char *c = name ? strdup(name) : NULL;
+        pthread_mutex_lock(&current_lock);
+        free(current);
+        current = c;
+        pthread_mutex_unlock(&current_lock);
+}
+
+char *d_seed_current(void) {
+        pthread_mutex_lock(&current_lock);
+        char *c = current ? strdup(current) : NULL;
+        pthread_mutex_unlock(&current_lock);
+        return c;
+}
+
+/* Clears the current session if it is name. */
+static void current_clear(const char *name) {
+        pthread_mutex_lock(&current_lock);
+        if (current && strcmp(current, name) == 0) {
+                free(current);
+                current = NULL;
+        }
+        pthread_mutex_unlock(&current_lock);
+}
 
 
 static int h_seed_start(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
@@ -57,6 +89,7 @@ static int h_seed_start(void *ud, const ntfs_http_request *req, ntfs_http_respon
                 free(*req->conn_data);
                 *req->conn_data = strdup(name);
         }
+        current_set(name);
         json_t *msgs = json_array();
         struct ntfs_agent_state as = { 0 };
         if (replay && ntfs_journal_state_load(D.j, name, true, 0, &as) == 0) {
@@ -72,18 +105,21 @@ static int h_seed_start(void *ud, const ntfs_http_request *req, ntfs_http_respon
                                           "replay_mode", replay, "restored_messages", msgs));
 }
 
-static const char *req_session(const ntfs_http_request *req) {
+/* The session a seed call is for (a copy, or NULL): its session_id, else
+ * the one its connection started, else the daemon's current one. */
+static char *req_session(const ntfs_http_request *req) {
         const char *s = d_jstr(req->json, "session_id");
-        if (s)
-                return s;
-        return req->conn_data && *req->conn_data ? *req->conn_data : NULL;
+        if (!s && req->conn_data && *req->conn_data)
+                s = *req->conn_data;
+        return s ? strdup(s) : d_seed_current();
 }
 
 static int h_seed_end(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
-        const char *s = req_session(req);
+        _cleanup_free_ char *s = req_session(req);
         if (!s)
                 return ntfs_http_error(resp, -NTFS_ENOSESSION, "no session: call /session/start first");
         (void)ntfs_journal_session_end(D.j, s);
+        current_clear(s);
         if (req->conn_data && *req->conn_data && strcmp(*req->conn_data, s) == 0) {
                 free(*req->conn_data);
                 *req->conn_data = NULL;
@@ -98,7 +134,7 @@ static int h_seed_tool(void *ud, const ntfs_http_request *req, ntfs_http_respons
         if ((r = d_check_keys(req, resp, keys)) < 0 || (r = d_want_string(req, resp, "tool_name", true, &tool)) < 0 ||
             (r = d_want_string(req, resp, "tool_use_id", false, &key)) < 0)
                 return r;
-        const char *s = req_session(req);
+        _cleanup_free_ char *s = req_session(req);
         if (!s)
                 return ntfs_http_error(resp, -NTFS_ENOSESSION, "no session: call /session/start first");
         json_t *input = json_object_get(req->json, "tool_input");

@@ -42,7 +42,7 @@ static int h_status(void *ud, const ntfs_http_request *req, ntfs_http_response *
 }
 
 static int h_health(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
-        const char *cur = req->conn_data && *req->conn_data ? *req->conn_data : NULL;
+        _cleanup_free_ char *cur = req->conn_data && *req->conn_data ? strdup(*req->conn_data) : d_seed_current();
         return d_reply(resp, 200, json_pack("{s:s, s:s?, s:b}", "status", "ok", "session", cur, "replay", 0));
 }
 
