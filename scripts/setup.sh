@@ -17,6 +17,10 @@ PKGS=(
   fio fuse-overlayfs bubblewrap
   linux-perf  # tools/bench-fs.sh BENCH_REQS=1: FUSE requests per row (tracepoints)
   ceph-mon ceph-osd radosgw  # remotes: a real S3 gateway for tests/integration/test_remote.py
+  # the Debian package (debian/, docs/install.md): its build, lintian, a clean
+  # root from the archive to install it in (tests/integration/test_package.py);
+  # man pages, unit checks and zsh for tests/integration/test_dist.py
+  debhelper dpkg-dev fakeroot lintian mmdebstrap man-db systemd zsh
 )
 
 missing=()
