@@ -234,6 +234,10 @@ words=("$@"); CURRENT=$#; PREFIX=${words[CURRENT]}; _ntfs-ctl
         assert r.returncode == 0, r.stderr
         return r.stdout.splitlines()[-1]
     env = comp_env(a, a.sock)
+    # compinit finds it in fpath and binds it to ntfs-ctl (#compdef)
+    r = run(["zsh", "-f", "-c", 'fpath=("$1" $fpath); autoload -Uz compinit; compinit -u -D; '
+             'print -r -- "${_comps[ntfs-ctl]}"', "zsh", os.path.join(ROOT, "dist", "completion")])
+    assert r.stdout.strip() == "_ntfs-ctl", r.stdout + r.stderr
     assert z("ntfs-ctl", "session", "show", "", env=env) == "compadd -- alpha-1"
     assert z("ntfs-ctl", "--socket", b.sock, "log", "", env=env) == "compadd -- other"
     assert z("ntfs-ctl", "mount", "alpha-1", "", env=env) == "files -/"
