@@ -87,8 +87,15 @@ def deb(work):
     the tree and its parent)."""
     src = os.path.join(work, "src")
     os.makedirs(src)
-    files = run(["git", "-C", ROOT, "ls-files", "-z", "-co", "--exclude-standard"]).stdout.split("\0")
-    files = [f for f in files if f and os.path.lexists(os.path.join(ROOT, f))]
+    r = run(["git", "-C", ROOT, "ls-files", "-z", "-co", "--exclude-standard"])
+    if r.returncode == 0:
+        files = [f for f in r.stdout.split("\0") if f and os.path.lexists(os.path.join(ROOT, f))]
+    else:  # not a git checkout: the tree without build directories
+        files = []
+        for dirpath, dirnames, names in os.walk(ROOT):
+            dirnames[:] = [d for d in dirnames if d not in (".git", "node_modules", "__pycache__")
+                           and not os.path.exists(os.path.join(dirpath, d, "build.ninja"))]
+            files += [os.path.relpath(os.path.join(dirpath, n), ROOT) for n in names]
     tar = subprocess.Popen(["tar", "-C", ROOT, "--null", "-T", "-", "-cf", "-"], stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE)
     untar = subprocess.Popen(["tar", "-C", src, "-xf", "-"], stdin=tar.stdout)
