@@ -226,6 +226,8 @@ def test_the_package_installs_into_a_clean_root_and_runs_end_to_end(deb, work):
         steps = [
             ("layout", "ls -l /usr/bin/ntfsd /usr/bin/ntfs-ctl /usr/bin/ntfs-agent /usr/bin/ntfs-run "
                        "/usr/bin/ntfs-mcp /usr/libexec/ntfs/ntfs-jail && ! ls /usr/bin/ntfs-jail"),
+            ("programs", "for p in ntfsd ntfs-ctl ntfs-agent ntfs-run ntfs-mcp /usr/libexec/ntfs/ntfs-fuse; do "
+                         "$p --help >/dev/null || exit 1; done; /usr/libexec/ntfs/ntfs-jail --probe"),
             ("man", "MANWIDTH=80 man ntfs-ctl"),
             ("group", "getent group ntfs"),
             ("verify", "systemd-analyze verify /lib/systemd/system/ntfsd.service "
@@ -264,6 +266,7 @@ def test_the_package_installs_into_a_clean_root_and_runs_end_to_end(deb, work):
             return out
 
         ok("layout")
+        ok("programs")  # every program starts: its libraries are there
         assert re.search(r"ntfs-ctl - drive ntfsd", ok("man").replace("\u2010", "-"))
         assert "session new" in res["man"][1]
         assert ok("group").startswith("ntfs:")
