@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -397,4 +399,28 @@ int ntfs_room_for(void **arr, size_t *cap, size_t n, size_t elem) {
         *arr = p;
         *cap = nc;
         return 0;
+}
+
+int ntfs_sd_notify(const char *state) {
+        const char *e = getenv("NOTIFY_SOCKET");
+        if (!e || !*e)
+                return 0;
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        size_t n = strlen(e);
+        if ((e[0] != '/' && e[0] != '@') || n >= sizeof sa.sun_path)
+                return -EINVAL;
+        memcpy(sa.sun_path, e, n);
+        if (e[0] == '@')
+                sa.sun_path[0] = 0;
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + (e[0] == '/'));
+        ssize_t w;
+        do
+                w = sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sa, len);
+        while (w < 0 && errno == EINTR);
+        if (w < 0)
+                return -errno;
+        return (size_t)w == strlen(state) ? 0 : -EIO;
 }

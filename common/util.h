@@ -98,4 +98,10 @@ static inline uint32_t ntfs_get_be32(const uint8_t *p) {
 /* Parses a decimal unsigned integer with bounds; -EINVAL / -ERANGE. */
 int ntfs_parse_u64(const char *s, uint64_t max, uint64_t *ret);
 
+/* Tells the service manager about this daemon (sd_notify(3)'s protocol,
+ * without libsystemd): sends state ("READY=1", "STOPPING=1") as one
+ * datagram to $NOTIFY_SOCKET (a path, or "@name" for the abstract
+ * namespace). 0 when sent or when $NOTIFY_SOCKET is unset, else -errno. */
+int ntfs_sd_notify(const char *state);
+
 #endif

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
@@ -624,20 +625,26 @@ static void *auto_main(void *arg) {
 /* ---- main ----------------------------------------------------------------------------- */
 
 static void usage(FILE *f) {
-        fprintf(f, "Usage: ntfsd [--store DIR] [--socket PATH] [-f|--foreground] [--log-level LEVEL]\n"
-                   "             [--policy FILE] [--env-file FILE] [--jail PATH] [--listen ADDR:PORT]\n"
+        fprintf(f, "Usage: ntfsd [--store DIR] [--socket PATH] [--socket-group GROUP] [-f|--foreground]\n"
+                   "             [--log-level LEVEL] [--policy FILE] [--env-file FILE] [--jail PATH]\n"
+                   "             [--listen ADDR:PORT]\n"
                    "\n"
                    "The ntfs daemon: owns one store, serves its control socket and its mounts.\n"
                    "  --store DIR       store folder (default: $NTFS_STORE, else ./.store)\n"
                    "  --socket PATH     control socket (default: $NTFS_SOCKET, else STORE/ntfsd.sock)\n"
+                   "  --socket-group G  the socket is mode 0660 and group G (a name or a number),\n"
+                   "                    so G's members may drive the daemon; default: mode 0600\n"
                    "  -f, --foreground  stay in the foreground (the only mode in this version)\n"
                    "  --log-level L     error, warn, info (default) or debug\n"
                    "  --policy FILE     policy file (docs/policy.md); default: the built-in registry\n"
                    "  --env-file FILE   .env-style file with ANTHROPIC_API_KEY etc. (gateway credentials)\n"
-                   "  --jail PATH       the ntfs-jail helper (default: found next to ntfsd)\n"
+                   "  --jail PATH       the ntfs-jail helper (default: $NTFS_JAIL, else next to ntfsd,\n"
+                   "                    else " NTFS_LIBEXECDIR "/ntfs-jail)\n"
                    "  --listen A:P      also serve the API on loopback TCP (127.0.0.1:7878, [::1]:7878;\n"
                    "                    off by default): only for the users who may open the socket,\n"
                    "                    checked through the kernel's socket table (docs/protocol.md)\n"
+                   "  -h, --help        this text\n"
+                   "Under systemd (Type=notify) it sends READY=1 once the socket listens.\n"
                    "SIGTERM or SIGINT: unmount everything, flush the store, exit 0.\n");
 }
 
@@ -652,6 +659,7 @@ static char *find_jail(const char *argv0) {
                 char *slash = strrchr(self, '/');
                 if (slash) {
                         *slash = 0;
+                        /* beside ntfsd, or in the build tree (ctl/ntfsd, exec/ntfs-jail) */
                         const char *cands[] = { "ntfs-jail", "../exec/ntfs-jail" };
                         for (size_t i = 0; i < ARRAY_SIZE(cands); i++) {
                                 char p[PATH_MAX + 32];
@@ -661,7 +669,27 @@ static char *find_jail(const char *argv0) {
                         }
                 }
         }
+        /* installed: meson's libexecdir (docs/install.md) */
+        if (access(NTFS_LIBEXECDIR "/ntfs-jail", X_OK) == 0)
+                return strdup(NTFS_LIBEXECDIR "/ntfs-jail");
         return strdup("ntfs-jail");
+}
+
+/* --socket-group: a group name, else a number. */
+static int parse_group(const char *s, gid_t *ret) {
+        struct group gr, *res = NULL;
+        char buf[16384];
+        int r = getgrnam_r(s, &gr, buf, sizeof buf, &res);
+        if (r == 0 && res) {
+                *ret = res->gr_gid;
+                return 0;
+        }
+        uint64_t n;
+        if (ntfs_parse_u64(s, UINT32_MAX - 1, &n) == 0) {
+                *ret = (gid_t)n;
+                return 0;
+        }
+        return r > 0 ? -r : -ENOENT;
 }
 
 
@@ -672,10 +700,13 @@ int main(int argc, char **argv) {
                 { "policy", required_argument, NULL, 'p' },   { "env-file", required_argument, NULL, 'e' },
                 { "jail", required_argument, NULL, 'j' },     { "help", no_argument, NULL, 'h' },
                 { "listen", required_argument, NULL, 'L' },
+                { "socket-group", required_argument, NULL, 'g' },
                 { NULL, 0, NULL, 0 },
         };
         const char *store = getenv("NTFS_STORE"), *sock = getenv("NTFS_SOCKET"), *policy = NULL, *envf = NULL,
                    *jail = NULL, *listen_tcp = NULL;
+        gid_t sock_group = 0;
+        bool has_group = false;
         int c;
         while ((c = getopt_long(argc, argv, "fh", opts, NULL)) != -1) {
                 switch (c) {
@@ -722,6 +753,13 @@ int main(int argc, char **argv) {
                         listen_tcp = optarg;
                         break;
                 }
+                case 'g':
+                        if (parse_group(optarg, &sock_group) < 0) {
+                                fprintf(stderr, "ntfsd: --socket-group: no group '%s'\n", optarg);
+                                return 2;
+                        }
+                        has_group = true;
+                        break;
                 case 'h':
                         usage(stdout);
                         return 0;
@@ -817,7 +855,8 @@ int main(int argc, char **argv) {
         mounts_restore();
 
         struct ntfs_http_config cfg = { .socket_path = D.socket_path, .router = D.router,
-                                        .conn_data_free = d_conn_free, .tcp_listen = listen_tcp };
+                                        .conn_data_free = d_conn_free, .tcp_listen = listen_tcp,
+                                        .group = sock_group, .has_group = has_group };
         if ((r = ntfs_http_server_new(&cfg, NULL, &D, &D.srv)) < 0 || (r = ntfs_http_server_start(D.srv)) < 0) {
                 fprintf(stderr, "ntfsd: cannot serve %s%s%s: %s\n", D.socket_path, listen_tcp ? " and " : "",
                         listen_tcp ? listen_tcp : "", ntfs_strerror(r));
@@ -828,10 +867,13 @@ int main(int argc, char **argv) {
                 return 1;
         }
         log_info("ntfsd %s: store %s, socket %s, jail %s", NTFSD_VERSION, D.store_dir, D.socket_path, D.jail_bin);
+        if ((r = ntfs_sd_notify("READY=1")) < 0)
+                log_warn("cannot tell systemd we are ready: %s", ntfs_strerror(r));
 
         int sig = 0;
         sigwait(&set, &sig);
         log_info("signal %d: shutting down", sig);
+        (void)ntfs_sd_notify("STOPPING=1");
 
         ntfs_http_server_stop(D.srv);
         if (d_persession_close)

@@ -19,6 +19,10 @@ PKGS=(
   ceph-mon ceph-osd radosgw  # remotes: a real S3 gateway for tests/integration/test_remote.py
   # run_python's ui artifacts, inside the jail (docs/python.md)
   python3-pandas python3-matplotlib python3-pil python3-plotly
+  # the Debian package (debian/, docs/install.md): its build, lintian, a clean
+  # root from the archive to install it in (tests/integration/test_package.py);
+  # man pages, unit checks and zsh for tests/integration/test_dist.py
+  debhelper dpkg-dev fakeroot lintian mmdebstrap man-db systemd zsh
 )
 
 missing=()

@@ -2,6 +2,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
@@ -163,6 +165,32 @@ TEST(text_and_base64) {
         ASSERT_ERR(ntfs_base64_decode("Zg==Zg==", 8, &bad, NULL), -EINVAL);
 }
 
+/* sd_notify's protocol: one datagram to $NOTIFY_SOCKET, a path or an
+ * abstract name ("@..."); nothing when unset; a relative name refused. */
+TEST(sd_notify) {
+        ASSERT_EQ(unsetenv("NOTIFY_SOCKET"), 0);
+        ASSERT_EQ(ntfs_sd_notify("READY=1"), 0);
+        char name[64];
+        snprintf(name, sizeof name, "@ntfs-test-notify-%d", (int)getpid());
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        ASSERT(fd >= 0);
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        size_t n = strlen(name);
+        memcpy(sa.sun_path, name, n);
+        sa.sun_path[0] = 0;
+        ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)), 0);
+        ASSERT_EQ(setenv("NOTIFY_SOCKET", name, 1), 0);
+        ASSERT_EQ(ntfs_sd_notify("READY=1"), 0);
+        char buf[32] = "";
+        ASSERT_EQ(recv(fd, buf, sizeof buf - 1, MSG_DONTWAIT), 7);
+        ASSERT(strcmp(buf, "READY=1") == 0);
+        ASSERT_EQ(setenv("NOTIFY_SOCKET", "relative/path", 1), 0);
+        ASSERT_EQ(ntfs_sd_notify("READY=1"), -EINVAL);
+        ASSERT_EQ(setenv("NOTIFY_SOCKET", "/nonexistent/ntfs-notify", 1), 0);
+        ASSERT_EQ(ntfs_sd_notify("READY=1"), -ENOENT);
+        ASSERT_EQ(unsetenv("NOTIFY_SOCKET"), 0);
+}
+
 int main(void) {
         RUN(names);
         RUN(hex_roundtrip);
@@ -172,5 +200,6 @@ int main(void) {
         RUN(errcodes);
         RUN(fault_actions);
         RUN(text_and_base64);
+        RUN(sd_notify);
         return tap_done();
 }
