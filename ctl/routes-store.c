@@ -186,7 +186,11 @@ static int h_checkpoint(void *ud, const ntfs_http_request *req, ntfs_http_respon
                 return ntfs_http_error(resp, -NTFS_ETOOLARGE, "message longer than 1000 bytes");
         ntfs_hash h;
         bool changed;
-        r = d_checkpoint(name, msg ? msg : "checkpoint", NULL, &h, &changed);
+        if (msg) { /* a message asked for is in the log, changes or not (fs/store.h) */
+                d_flush_session_mounts(name);
+                r = ntfs_checkpoint_always(D.st, name, msg, NULL, &h, &changed);
+        } else
+                r = d_checkpoint(name, "checkpoint", NULL, &h, &changed);
         if (r < 0)
                 return ntfs_http_error(resp, r, "checkpoint of '%s' failed: %s", name, ntfs_strerror(r));
         json_t *o = d_commit_json(&h, "commit");

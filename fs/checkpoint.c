@@ -551,8 +551,8 @@ static bool same_state(const struct tree_entry *root, const ntfs_hash *links, co
 
 /* ---- checkpoint ------------------------------------------------------------------------ */
 
-int ntfs_checkpoint(ntfs_store *st, const char *name, const char *message, const char *effect,
-                    ntfs_hash *ret, bool *ret_changed) {
+static int checkpoint(ntfs_store *st, const char *name, const char *message, const char *effect, bool always,
+                      ntfs_hash *ret, bool *ret_changed) {
         int r = store_enter(st);
         if (r < 0)
                 return r;
@@ -560,7 +560,7 @@ int ntfs_checkpoint(ntfs_store *st, const char *name, const char *message, const
         struct commit_obj head;
         struct tree_entry root;
         ntfs_hash links, id;
-        bool changed = false;
+        bool changed = false, commit = false;
         r = store_fresh_txn(st);
         if (r == 0)
                 r = sess_get(st, name, &sr);
@@ -568,8 +568,9 @@ int ntfs_checkpoint(ntfs_store *st, const char *name, const char *message, const
                 r = commit_load(st, &sr.head, &head);
         if (r == 0)
                 r = ws_serialize(st, sr.wsid, &head.links, &root, &links);
-        if (r == 0 && (r = commit_load(st, &sr.head, &head)) == 0 && !same_state(&root, &links, &head)) {
-                changed = true;
+        if (r == 0 && (r = commit_load(st, &sr.head, &head)) == 0)
+                commit = (changed = !same_state(&root, &links, &head)) || always;
+        if (r == 0 && commit) {
                 r = store_make_commit(st, &root, &links, &sr.head, NULL, message, effect, name, sr.bytes,
                                       sr.inodes, &id);
                 if (r == 0)
@@ -590,7 +591,7 @@ int ntfs_checkpoint(ntfs_store *st, const char *name, const char *message, const
         }
         /* A new commit is made durable before returning; an unchanged
          * checkpoint returns the head, which already is. */
-        r = store_finish(st, r, changed);
+        r = store_finish(st, r, commit);
         store_leave(st);
         if (r == 0) {
                 *ret = id;
@@ -598,6 +599,16 @@ int ntfs_checkpoint(ntfs_store *st, const char *name, const char *message, const
                         *ret_changed = changed;
         }
         return r;
+}
+
+int ntfs_checkpoint(ntfs_store *st, const char *name, const char *message, const char *effect, ntfs_hash *ret,
+                    bool *ret_changed) {
+        return checkpoint(st, name, message, effect, false, ret, ret_changed);
+}
+
+int ntfs_checkpoint_always(ntfs_store *st, const char *name, const char *message, const char *effect,
+                           ntfs_hash *ret, bool *ret_changed) {
+        return checkpoint(st, name, message, effect, true, ret, ret_changed);
 }
 
 int ntfs_checkpoint_merge(ntfs_store *st, const char *name, const char *message, const ntfs_hash *second_parent,

@@ -162,6 +162,12 @@ void ntfs_store_set_default_quota(ntfs_store *st, uint64_t bytes, uint64_t inode
  * (no commit is made). message and effect may be NULL. Durable on return. */
 int ntfs_checkpoint(ntfs_store *st, const char *name, const char *message, const char *effect,
                     ntfs_hash *ret, bool *ret_changed);
+/* The same, except that when nothing changed a commit is still made: the
+ * head's state with this message, the head its parent (*ret_changed false),
+ * so that a checkpoint asked for by name is in the log (an auto-checkpoint
+ * may have taken the changes a moment before). */
+int ntfs_checkpoint_always(ntfs_store *st, const char *name, const char *message, const char *effect,
+                           ntfs_hash *ret, bool *ret_changed);
 
 /* Merge checkpoint: commits the working state of session name as a commit
  * with two parents, the session's head (first) and second_parent (which

@@ -185,7 +185,9 @@ const struct cmd cli_commands[] = {
                 .synopsis = "NAME [-m MESSAGE]",
                 .summary = "record the working state as a commit",
                 .help = "Commits the working state of NAME and prints the new commit's short id (the\n"
-                        "head's when nothing changed). Returns once the commit is durable.\n"
+                        "head's when nothing changed and no -m was given; with -m a commit of the same\n"
+                        "state is made, so the message is in the log). Returns once the commit is\n"
+                        "durable.\n"
                         "\nOptions:\n  -m, --message MESSAGE   the commit message\n"
                         "\nExample:\n  ntfs-ctl checkpoint main -m 'tests pass'\n",
                 .flags = checkpoint_flags,

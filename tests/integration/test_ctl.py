@@ -269,6 +269,29 @@ def test_sessions_cli_and_http(daemon):
     daemon.healthy()
 
 
+def test_a_named_checkpoint_is_in_the_log_even_with_nothing_changed(daemon, scratch):
+    """An auto-checkpoint may take the changes a moment before the user's
+    `checkpoint -m`: the message must still be in the log, on a commit of
+    the same state whose parent is the head; without a message nothing is
+    made."""
+    daemon.ok("session", "new", "main")
+    mp = mkdir(scratch, "m")
+    daemon.ok("mount", "main", mp, "--autocheckpoint", "1")
+    write(f"{mp}/a.txt", "one\n")
+    deadline = time.monotonic() + 30
+    while daemon.http("GET", "/v1/sessions/main").json["dirty"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    head = daemon.http("GET", "/v1/sessions/main").json["head"]
+    h = daemon.http("POST", "/v1/sessions/main/checkpoint", {})
+    assert h.json["commit"] == head and h.json["changed"] is False
+    out = daemon.ok("checkpoint", "main", "-m", "builds").strip()
+    log = daemon.http("GET", "/v1/sessions/main/log?max=2").json["commits"]
+    assert log[0]["message"] == "builds" and log[0]["parents"] == [head] and log[0]["commit"].startswith(out)
+    assert daemon.ok("diff", "main", head) == ""
+    assert "builds" in daemon.ok("log", "main").splitlines()[0]
+    daemon.ok("umount", mp)
+
+
 def test_checkpoint_tag_log_diff_rollback(daemon, scratch):
     daemon.ok("session", "new", "main")
     mp = mkdir(scratch, "m")
