@@ -223,6 +223,16 @@ void mount_op_init(void *ud, struct fuse_conn_info *conn) {
         if (m->kernel_minor >= 33 && (m->kernel_flags & FUSE_HANDLE_KILLPRIV_V2) && !m->read_only &&
             !(nov2 && *nov2 == '1'))
                 m->extra_flags |= FUSE_HANDLE_KILLPRIV_V2;
+        /* POSIX ACLs (docs/mount.md): the kernel enforces them (it reads
+         * system.posix_acl_access for a permission check and caches it);
+         * the store keeps them as xattrs, the mode in step with the access
+         * ACL, and the parent's default ACL inherited on create, for which
+         * the umask must not be applied first: DONT_MASK, and the umask
+         * comes with MKNOD/MKDIR (op_mknod, op_mkdir). */
+        if ((conn->capable & FUSE_CAP_POSIX_ACL) && (conn->capable & FUSE_CAP_DONT_MASK)) {
+                conn->want |= FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK;
+                m->posix_acl = true;
+        }
         /* The reply follows at once (the kernel holds requests until it has
          * it); io_writev marks INIT done too, after the patch. */
         pthread_mutex_lock(&m->lock);

@@ -1108,10 +1108,11 @@ int ntfs_ws_setattr(ntfs_ws *ws, uint64_t ino, const struct ntfs_attr *in, unsig
                         rec.ctime = (int64_t)in->ctime.tv_sec * 1000000000LL + in->ctime.tv_nsec;
                 else
                         rec.ctime = now;
-                if (only_atime)
-                        r = ino_put(c.st, c.wsid, ino, &rec);
-                else
-                        r = ws_mark_dirty(&c, ino, &rec);
+                /* a chmod changes the access ACL too, as on ext4 */
+                if (to_set & NTFS_SET_MODE)
+                        r = ws_acl_chmod_locked(&c, ino, &rec);
+                if (r == 0)
+                        r = only_atime ? ino_put(c.st, c.wsid, ino, &rec) : ws_mark_dirty(&c, ino, &rec);
         }
         if (r == 0)
                 ws_attr_from(ino, &rec, ret);
