@@ -7,7 +7,10 @@ enforcement for another user, each run on the mount and on a directory of
 the host's ext4 (/tmp) in the same test and compared; ACLs carried by
 checkpoint and rollback, by a fork, and by export/import (pax ACL records,
 against GNU tar). security.* and trusted.* xattrs refused with EPERM, on the
-mount and from the jail."""
+mount and from the jail. fallocate: ENOSPC past the free disk, EDQUOT past a
+session's quota, and a preallocated range that does not grow du when
+written. Buffered reads after O_DIRECT writes (sync and AIO) see the new
+bytes."""
 import errno
 import os
 import stat
@@ -18,6 +21,8 @@ import tarfile
 import pytest
 
 from ctl_fixtures import daemon  # noqa: F401  (fixture)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 NOBODY = 65534
 
@@ -311,3 +316,87 @@ def test_security_xattrs_are_refused_in_the_jail(daemon):
     assert lines[2] == "trusted.x EPERM", lines
     assert lines[3] == "user.ok b'1'"
 
+
+def test_fallocate_past_the_free_disk_is_enospc(mnt):
+    # Not compared with ext4: ext4 allocates block after block before it
+    # gives up, which would fill the disk this machine shares.
+    p = os.path.join(mnt.path, "big")
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        sv = os.statvfs(mnt.path)
+        free = sv.f_bavail * sv.f_frsize
+        with pytest.raises(OSError) as e:
+            os.posix_fallocate(fd, 0, free + (1 << 30))
+        assert e.value.errno == errno.ENOSPC
+        assert os.fstat(fd).st_size == 0
+        with pytest.raises(OSError) as e:  # inside the file too
+            os.posix_fallocate(fd, 4096, free + (1 << 30))
+        assert e.value.errno == errno.ENOSPC
+        os.posix_fallocate(fd, 0, 1 << 20)  # what fits is taken
+        assert os.fstat(fd).st_size == 1 << 20
+    finally:
+        os.close(fd)
+
+
+def du_bytes(path):
+    r = subprocess.run(["du", "-B1", path], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout.split()[0])
+
+
+def test_a_preallocated_range_does_not_grow_when_written_as_on_ext4(mnt, scratch):
+    seen = {}
+    for name, base in (("ntfs", mnt.path), ("ext4", ext4_dir(scratch))):
+        p = os.path.join(base, "pre")
+        fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, 1 << 20)
+            after = du_bytes(p)
+            # (few pieces: more would make ext4 split its extents into a
+            # tree block of its own, 4 KiB more in du)
+            os.pwrite(fd, b"x" * 512, 0)
+            os.pwrite(fd, b"y" * 65536, 128 << 10)
+            os.fsync(fd)
+            written = du_bytes(p)
+        finally:
+            os.close(fd)
+        seen[name] = (after >= 1 << 20, written == after, after, written)
+    assert seen["ntfs"][:2] == seen["ext4"][:2] == (True, True), seen
+
+
+def test_fallocate_past_a_session_quota_is_edquot(daemon, scratch):
+    daemon.ok("session", "new", "q")
+    mp = os.path.join(scratch, "q")
+    os.mkdir(mp)
+    daemon.ok("mount", "q", mp)
+    daemon.ok("quota", "q", "--bytes", "1M", "--inodes", "1000")
+    sv = os.statvfs(mp)
+    assert sv.f_bavail * sv.f_frsize <= 1 << 20  # what statfs offers
+    fd = os.open(os.path.join(mp, "f"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        with pytest.raises(OSError) as e:
+            os.posix_fallocate(fd, 0, 4 << 20)
+        assert e.value.errno == errno.EDQUOT
+        assert os.fstat(fd).st_size == 0
+        os.posix_fallocate(fd, 0, 256 << 10)
+        assert os.fstat(fd).st_size == 256 << 10
+    finally:
+        os.close(fd)
+    daemon.ok("umount", mp)
+
+
+@pytest.fixture(scope="module")
+def dio_prog(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("dio") / "dio_coherence")
+    r = subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-o", out,
+                        os.path.join(HERE, "posix_gaps", "dio_coherence.c")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_buffered_reads_after_o_direct_writes_see_the_new_bytes(mnt, scratch, dio_prog):
+    for base in (mnt.path, ext4_dir(scratch)):
+        r = subprocess.run([dio_prog, os.path.join(base, "f")], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"{base}: {r.stdout}{r.stderr}"
+        lines = r.stdout.splitlines()
+        assert len(lines) == 14 and all(l.endswith("ok") for l in lines), lines
