@@ -17,6 +17,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import time
 
 import pytest
 
@@ -269,6 +270,40 @@ def test_acls_carried_by_fork_export_and_import(daemon, scratch):
         assert as_nobody("cat", os.path.join(mc, "f")) == 0
         daemon.ok("umount", mc)
     for m in (mp, mb):
+        daemon.ok("umount", m)
+
+
+def poll(pred, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_an_acl_change_through_one_mount_is_enforced_through_the_other(daemon, scratch):
+    """Each kernel caches an inode's ACL; a change through one mount of a
+    session reaches the other's checks with its attributes (at most 1 s
+    while shared: docs/mount.md)."""
+    daemon.ok("session", "new", "two")
+    a, b = os.path.join(scratch, "ma"), os.path.join(scratch, "mb")
+    for m in (a, b):
+        os.mkdir(m)
+        daemon.ok("mount", "two", m)
+        os.chmod(m, 0o755)
+    make(os.path.join(a, "f"), 0o600, b"f\n")
+    assert setfacl("-m", f"u:{NOBODY}:r", os.path.join(a, "f")) == 0
+    fb = os.path.join(b, "f")
+    assert poll(lambda: os.path.exists(fb))
+    assert poll(lambda: as_nobody("cat", fb) == 0)  # b's kernel now holds the ACL
+    assert setfacl("-b", os.path.join(a, "f")) == 0
+    assert poll(lambda: as_nobody("cat", fb) != 0), "b still enforces the removed ACL"
+    assert setfacl("-m", f"u:{NOBODY}:r", os.path.join(a, "f")) == 0
+    assert poll(lambda: as_nobody("cat", fb) == 0), "b does not see the new ACL"
+    os.chmod(os.path.join(a, "f"), 0o600)  # the mask follows the mode
+    assert poll(lambda: as_nobody("cat", fb) != 0), "b still enforces the old mask"
+    for m in (a, b):
         daemon.ok("umount", m)
 
 
