@@ -135,6 +135,42 @@ def test_acls_round_trip_as_on_ext4(mnt, scratch):
     assert ntfs[-3] == ("umask", 0o640, 0o750)
 
 
+def getfacl_tree(root):
+    """getfacl -R of the tree, one block per file, in name order (not readdir's)."""
+    r = subprocess.run(["getfacl", "-R", "-n", "-p", "."], capture_output=True, text=True, cwd=root)
+    assert r.returncode == 0, r.stderr
+    return sorted(b for b in r.stdout.split("\n\n") if b.strip())
+
+
+def test_cp_a_and_rsync_a_carry_acls_onto_the_mount(mnt, scratch):
+    src = ext4_dir(scratch, "src")
+    old = os.umask(0o022)
+    try:
+        make(os.path.join(src, "f"), 0o640, b"f\n")
+        assert setfacl("-m", f"u:{NOBODY}:rw,g:1000:r", os.path.join(src, "f")) == 0
+        os.mkdir(os.path.join(src, "d"), 0o750)
+        assert setfacl("-m", f"u:{NOBODY}:rx", "-d", "-m", f"g:1000:rwx", os.path.join(src, "d")) == 0
+        make(os.path.join(src, "d", "in"), 0o666, b"in\n")
+        make(os.path.join(src, "plain"), 0o604, b"p\n")
+    finally:
+        os.umask(old)
+    want = getfacl_tree(src)
+    text = "\n".join(want)
+    assert len(want) == 5 and f"user:{NOBODY}:rw-" in text and "default:group:1000:rwx" in text
+    r = subprocess.run(["cp", "-a", src, os.path.join(mnt.path, "cp")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert getfacl_tree(os.path.join(mnt.path, "cp")) == want
+    r = subprocess.run(["rsync", "-aA", src + "/", os.path.join(mnt.path, "rs") + "/"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert getfacl_tree(os.path.join(mnt.path, "rs")) == want
+    # and back out onto ext4
+    back = os.path.join(scratch, "back")
+    r = subprocess.run(["cp", "-a", os.path.join(mnt.path, "cp"), back], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert getfacl_tree(back) == want
+
+
 def enforcement_script(base):
     """What nobody may do, step by step, as root changes ACLs."""
     seen = []
