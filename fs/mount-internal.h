@@ -70,6 +70,7 @@ struct ntfs_mount {
         double entry_timeout, attr_timeout;
         uint32_t max_threads;
         bool read_only;
+        bool relatime; /* opts.relatime on a read-write mount: OPEN answered, atime kept on READ */
         void (*on_exit)(ntfs_mount *m, void *ud);
         void *on_exit_ud;
         int (*on_fsync)(void *ud);

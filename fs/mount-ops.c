@@ -703,7 +703,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
  * opens). The fallback answers for kernels without that support. */
 void mount_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         fi->fh = 0;
-        fi->keep_cache = 1;
+        fi->keep_cache = !req_mount(req)->relatime; /* relatime: the first read after open is ours */
         fi->direct_io = 0;
         fuse_reply_open(req, fi);
 }
@@ -776,6 +776,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
                 fuse_reply_err(req, EINVAL);
                 return;
         }
+        /* relatime: atime before the reply, so that a stat after the read
+         * (the kernel refetches atime after a READ) sees it */
+        if (m->relatime)
+                (void)ntfs_ws_touch_atime(m->ws, ino); /* best effort, as a read's atime is */
         /* Straight from the store's map into the reply: one copy (the
          * kernel's) instead of two. Only a read larger than any the kernel
          * sends (max_read) takes the buffered path below. */

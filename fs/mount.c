@@ -679,6 +679,7 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
         pthread_condattr_destroy(&ca);
         m->ws = ws;
         m->read_only = o->read_only || ntfs_ws_readonly(ws);
+        m->relatime = o->relatime && !m->read_only;
         m->entry_timeout = o->entry_timeout >= 0 ? o->entry_timeout : MOUNT_TIMEOUT;
         m->attr_timeout = o->attr_timeout >= 0 ? o->attr_timeout : MOUNT_TIMEOUT;
         m->max_threads = o->max_threads ? NTFS_MIN(o->max_threads, FUSEPOOL_MAX) : 8;
@@ -704,8 +705,11 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
          * ownership (docs/mount.md says why not the daemon). */
         const char *fsname = o->fsname && *o->fsname ? o->fsname : "ntfs";
         char opts[512];
-        int n = snprintf(opts, sizeof(opts), "default_permissions,noatime,fsname=%s,subtype=ntfs%s%s", fsname,
-                         o->allow_other ? ",allow_other" : "", m->read_only ? ",ro" : "");
+        /* (no atime flag is relatime, the kernel's default: libfuse 3.14
+         * does not know "relatime") */
+        int n = snprintf(opts, sizeof(opts), "default_permissions%s,fsname=%s,subtype=ntfs%s%s",
+                         m->relatime ? "" : ",noatime", fsname, o->allow_other ? ",allow_other" : "",
+                         m->read_only ? ",ro" : "");
         if (n < 0 || (size_t)n >= sizeof(opts) || strchr(fsname, ',')) {
                 mount_free(m);
                 return -EINVAL;
@@ -719,7 +723,12 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
          * OPEN and OPENDIR. op_open is kept for the fallback case. */
         ops.open = mount_op_open_noopen;
         ops.opendir = mount_op_open_noopen;
-        (void)mount_op_open;
+        /* relatime: OPEN answered without keep_cache, so that the kernel
+         * drops a file's pages at open and its first read reaches op_read,
+         * which keeps atime (FUSE inodes are S_NOATIME: the kernel leaves
+         * atime to us and never sees a cached read). */
+        if (m->relatime)
+                ops.open = mount_op_open;
         (void)mount_op_opendir;
         /* No CREATE: libfuse answers ENOSYS once, the kernel then creates
          * with MKNOD and opens without OPEN (no_open), so a created file

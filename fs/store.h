@@ -321,6 +321,11 @@ int ntfs_ws_lookup(ntfs_ws *ws, uint64_t parent, const char *name, struct ntfs_a
 int ntfs_ws_getattr(ntfs_ws *ws, uint64_t ino, struct ntfs_attr *ret);
 int ntfs_ws_setattr(ntfs_ws *ws, uint64_t ino, const struct ntfs_attr *in, unsigned to_set,
                     struct ntfs_attr *ret);
+/* A read of ino under relatime (ext4's default): atime becomes now when it
+ * is not later than mtime or ctime, or is 24 hours old; else unchanged.
+ * Like any atime-only change it does not make the state dirty (a
+ * checkpoint after reads changes nothing). 1 when updated, 0 when not. */
+int ntfs_ws_touch_atime(ntfs_ws *ws, uint64_t ino);
 /* Regular files, fifos, sockets and device nodes (mode carries the type). */
 int ntfs_ws_mknod(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t mode, uint64_t rdev, uint32_t uid,
                   uint32_t gid, struct ntfs_attr *ret);

@@ -1128,6 +1128,24 @@ int ntfs_ws_setattr(ntfs_ws *ws, uint64_t ino, const struct ntfs_attr *in, unsig
         return ws_ctx_leave(&c, r);
 }
 
+int ntfs_ws_touch_atime(ntfs_ws *ws, uint64_t ino) {
+        struct ctx c;
+        int r = ctx_enter(ws, &c, true);
+        if (r < 0)
+                return r;
+        struct ino_rec rec;
+        r = ino_get(c.st, c.wsid, ino, &rec);
+        int64_t now = now_ns();
+        if (r == 0 && (rec.atime <= rec.mtime || rec.atime <= rec.ctime || now - rec.atime >= 86400LL * 1000000000LL)) {
+                rec.atime = now;
+                r = ino_put(c.st, c.wsid, ino, &rec);
+                if (r == 0)
+                        r = 1;
+        }
+        c.write = false; /* a read is no change (ntfs_ws_changes: autocheckpoints) */
+        return ws_ctx_leave(&c, r);
+}
+
 /* ---- misc ---------------------------------------------------------------------------------- */
 
 int ntfs_ws_statfs(ntfs_ws *ws, struct statvfs *ret) {

@@ -10,7 +10,7 @@ against GNU tar). security.* and trusted.* xattrs refused with EPERM, on the
 mount and from the jail. fallocate: ENOSPC past the free disk, EDQUOT past a
 session's quota, and a preallocated range that does not grow du when
 written. Buffered reads after O_DIRECT writes (sync and AIO) see the new
-bytes."""
+bytes. relatime as on ext4, noatime by default."""
 import errno
 import os
 import stat
@@ -471,3 +471,74 @@ def test_buffered_reads_after_o_direct_writes_see_the_new_bytes(mnt, scratch, di
         assert r.returncode == 0, f"{base}: {r.stdout}{r.stderr}"
         lines = r.stdout.splitlines()
         assert len(lines) == 14 and all(l.endswith("ok") for l in lines), lines
+
+
+def atime_script(base):
+    """Reads under relatime, step by step: did atime move?"""
+    p = os.path.join(base, "f")
+    with open(p, "wb") as f:
+        f.write(b"x" * 100000)
+
+    def read():
+        with open(p, "rb") as f:
+            f.read()
+
+    def atime():
+        return os.stat(p).st_atime_ns
+
+    seen = []
+    st = os.stat(p)
+    os.utime(p, ns=(st.st_mtime_ns - 10 * 10**9, st.st_mtime_ns))  # atime older than mtime
+    a = atime()
+    read()
+    seen.append(("atime older than mtime", atime() > a))
+    a = atime()
+    time.sleep(0.05)
+    read()
+    seen.append(("read again", atime() == a))
+    # a write through the same mount (its pages stay cached): the next read moves it
+    with open(p, "r+b") as f:
+        f.write(b"y")
+    a = atime()
+    time.sleep(0.05)
+    read()
+    seen.append(("after a write", atime() > a))
+    a = atime()
+    read()
+    seen.append(("and not again", atime() == a))
+    # 25 hours old, newer than mtime; utime set ctime to now, so it moves
+    now = time.time_ns()
+    os.utime(p, ns=(now - 25 * 3600 * 10**9, now - 26 * 3600 * 10**9))
+    a = atime()
+    read()
+    seen.append(("a day old", atime() > a))
+    return seen
+
+
+def test_relatime_behaves_as_on_ext4(mounter, store_dir, scratch):
+    m = mounter(store_dir, extra=("--relatime",))
+    opts = [l.split()[3] for l in open("/proc/mounts") if l.split()[1] == m.path][0].split(",")
+    assert "relatime" in opts and "noatime" not in opts, opts
+    ext = ext4_dir(scratch)
+    ext_opts = [l.split()[3] for l in open("/proc/mounts") if l.split()[1] == "/"][0].split(",")
+    assert "relatime" in ext_opts  # the reference: / (and /tmp on it) is relatime
+    ntfs = atime_script(m.path)
+    assert ntfs == atime_script(ext)
+    assert all(ok for _, ok in ntfs), ntfs
+    # reads are no change: a checkpoint after them makes no commit
+    c1 = m.checkpoint()
+    with open(os.path.join(m.path, "f"), "rb") as f:
+        f.read()
+    assert m.checkpoint() == c1
+
+
+def test_noatime_is_the_default(mnt):
+    p = os.path.join(mnt.path, "f")
+    make(p, 0o644, b"x" * 1000)
+    st = os.stat(p)
+    os.utime(p, ns=(st.st_mtime_ns - 10 * 10**9, st.st_mtime_ns))
+    a = os.stat(p).st_atime_ns
+    with open(p, "rb") as f:
+        f.read()
+    assert os.stat(p).st_atime_ns == a
+    assert "noatime" in [l.split()[3] for l in open("/proc/mounts") if l.split()[1] == mnt.path][0].split(",")

@@ -570,6 +570,26 @@ TEST(posix_acls) {
         rm_rf(tmpdir);
 }
 
+/* relatime (ntfs_ws_touch_atime): ext4's rule, and a read is no change. */
+TEST(relatime_touch) {
+        ntfs_store *st;
+        ntfs_ws *ws = quiet_session(&st);
+        uint64_t f = mkfile(ws, NTFS_ROOT_INO, "f", "x");
+        struct ntfs_attr a, in = { .ino = f };
+        ASSERT_OK(ntfs_ws_getattr(ws, f, &a));
+        in.atime.tv_sec = a.mtime.tv_sec - 10; /* older than mtime */
+        ASSERT_OK(ntfs_ws_setattr(ws, f, &in, NTFS_SET_ATIME, &a));
+        uint64_t changes = ntfs_ws_changes(ws);
+        ASSERT_EQ(ntfs_ws_touch_atime(ws, f), 1);
+        ASSERT_EQ(ntfs_ws_touch_atime(ws, f), 0); /* now later than mtime and ctime */
+        ASSERT_EQ(ntfs_ws_changes(ws), changes);
+        ASSERT_OK(ntfs_ws_getattr(ws, f, &a));
+        ASSERT(a.atime.tv_sec >= a.mtime.tv_sec);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
 #undef U
 
 TEST(posix_ops) {
@@ -3964,6 +3984,7 @@ int main(void) {
         RUN(store_layout_upgrade);
         RUN(inline_chunks);
         RUN(posix_acls);
+        RUN(relatime_touch);
         RUN(model_random);
         return tap_done();
 }
