@@ -228,8 +228,12 @@ void mount_op_init(void *ud, struct fuse_conn_info *conn) {
          * the store keeps them as xattrs, the mode in step with the access
          * ACL, and the parent's default ACL inherited on create, for which
          * the umask must not be applied first: DONT_MASK, and the umask
-         * comes with MKNOD/MKDIR (op_mknod, op_mkdir). */
-        if ((conn->capable & FUSE_CAP_POSIX_ACL) && (conn->capable & FUSE_CAP_DONT_MASK)) {
+         * comes with MKNOD/MKDIR (op_mknod, op_mkdir). NTFS_FUSE_NO_POSIX_ACL=1
+         * turns them off (to measure them; setting an ACL is then
+         * EOPNOTSUPP). */
+        const char *noacl = getenv("NTFS_FUSE_NO_POSIX_ACL");
+        if ((conn->capable & FUSE_CAP_POSIX_ACL) && (conn->capable & FUSE_CAP_DONT_MASK) &&
+            !(noacl && *noacl == '1')) {
                 conn->want |= FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK;
                 m->posix_acl = true;
         }
