@@ -367,6 +367,22 @@ def test_security_and_trusted_xattrs_are_refused(mnt, scratch):
     assert os.getxattr(f, "user.ok") == b"1"
 
 
+def test_acls_work_in_the_jail(daemon):
+    """setfacl/getfacl and inheritance through ntfs-ctl exec (the jail's
+    /workspace is the session's mount); ids as the jail sees them."""
+    daemon.ok("session", "new", "ja")
+    r = daemon.ctl("exec", "ja", "--",
+                   "cd /workspace && umask 077 && u=$(id -u) && touch f && mkdir d && "
+                   "setfacl -m u:$u:rw,m::rw f && setfacl -d -m u:$u:rwx,g::rx,o::r d && touch d/in && "
+                   "getfacl -c -n f d/in | grep -v '^$' && stat -c '%a %n' f d/in")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout.splitlines()
+    assert out[0].startswith("user::rw-") and any(l.startswith("user:") and l.count(":") == 2
+                                                   and l.split(":")[1] for l in out), out
+    # the inherited file: umask 077 ignored, the default ACL applied
+    assert "other::r--" in out and out[-1] == "664 d/in", out  # mask rw- from the mode 0666
+
+
 def test_security_xattrs_are_refused_in_the_jail(daemon):
     daemon.ok("session", "new", "j")
     code = ("import os, errno\n"
