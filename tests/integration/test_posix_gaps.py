@@ -343,6 +343,24 @@ def test_an_acl_change_through_one_mount_is_enforced_through_the_other(daemon, s
         daemon.ok("umount", m)
 
 
+def test_import_refuses_invalid_or_unknown_acls(daemon, scratch):
+    cases = {
+        "invalid": ("user::rw-\ngroup::r--\nuser:65534:rw-\nother::---\n", "invalid access ACL"),
+        "unknown": ("user::rw-\nuser:no-such-user-here:rw-\ngroup::r--\nmask::rw-\nother::---\n",
+                    "no-such-user-here"),
+    }
+    for name, (acl, why) in cases.items():
+        path = os.path.join(scratch, name + ".tar")
+        with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as t:
+            ti = tarfile.TarInfo("./f")
+            ti.mode = 0o640
+            ti.pax_headers = {"SCHILY.acl.access": acl}
+            t.addfile(ti)
+        r = daemon.ctl("import", name, path)
+        assert r.returncode == 1 and why in r.stderr, (name, r.stdout, r.stderr)
+        assert name not in daemon.ok("session", "ls")
+
+
 PRIVILEGED = ["security.selinux", "security.ima", "trusted.overlay.opaque", "trusted.x"]
 
 
