@@ -566,6 +566,24 @@ def test_relatime_behaves_as_on_ext4(mounter, store_dir, scratch):
     assert m.checkpoint() == c1
 
 
+def test_ntfs_ctl_mount_relatime(daemon, scratch):
+    daemon.ok("session", "new", "ra")
+    mp = os.path.join(scratch, "ra")
+    os.mkdir(mp)
+    out = daemon.ok("mount", "ra", mp, "--relatime")
+    assert out.strip().endswith(", relatime)"), out
+    assert [m["relatime"] for m in daemon.jok("mounts")["mounts"] if m["mountpoint"] == mp] == [True]
+    opts = [l.split()[3] for l in open("/proc/mounts") if l.split()[1] == mp][0].split(",")
+    assert "relatime" in opts and "noatime" not in opts, opts
+    seen = atime_script(mp)
+    assert all(ok for _, ok in seen), seen
+    daemon.ok("umount", mp)
+    # without the flag: noatime, and the listing says so
+    daemon.ok("mount", "ra", mp)
+    assert [m["relatime"] for m in daemon.jok("mounts")["mounts"] if m["mountpoint"] == mp] == [False]
+    daemon.ok("umount", mp)
+
+
 def test_noatime_is_the_default(mnt):
     p = os.path.join(mnt.path, "f")
     make(p, 0o644, b"x" * 1000)
