@@ -29,6 +29,7 @@ struct dmount {
         char *session; /* NULL for a read-only view */
         char *at;      /* the ref of a view */
         bool ro, internal;
+        bool relatime; /* atime kept as ext4's relatime (docs/mount.md, "atime") */
         ntfs_ws *ws;
         ntfs_mount *m;
         double auto_idle, auto_max;
@@ -101,11 +102,12 @@ json_t *d_mounts_json(void);
 /* mounts */
 void d_mount_free(struct dmount *m);
 int d_mount_stop(struct dmount *m);
-/* Mounts session (or the ref at, read-only) at mp. *ret_mp (optional, caller
- * frees): the canonical mountpoint. Nothing else of the mount is handed
- * back: once listed, it may be unmounted and freed by another request. */
+/* Mounts session (or the ref at, read-only) at mp; relatime: atime kept
+ * (else noatime). *ret_mp (optional, caller frees): the canonical
+ * mountpoint. Nothing else of the mount is handed back: once listed, it may
+ * be unmounted and freed by another request. */
 int d_mount_add(const char *session, const char *at, const char *mp, bool ro, bool internal, double idle,
-                double maxi, char **ret_mp);
+                double maxi, bool relatime, char **ret_mp);
 struct dmount *d_mount_take(const char *mp);
 void d_unmount_session(const char *session);
 /* Session end, serialized with mounts: d_session_end_begin() waits for the

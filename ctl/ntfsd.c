@@ -124,9 +124,10 @@ json_t *d_mounts_json(void) {
         pthread_mutex_lock(&D.lock);
         for (struct dmount *m = D.mounts; m; m = m->next)
                 if (!atomic_load(&m->exited))
-                        json_array_append_new(arr, json_pack("{s:s, s:s?, s:b, s:s?, s:f, s:b}", "mountpoint", m->mountpoint,
-                                                     "session", m->session, "ro", m->ro, "at", m->at,
-                                                     "autocheckpoint", m->auto_idle, "internal", m->internal));
+                        json_array_append_new(arr, json_pack("{s:s, s:s?, s:b, s:s?, s:f, s:b, s:b}", "mountpoint",
+                                                     m->mountpoint, "session", m->session, "ro", m->ro, "at", m->at,
+                                                     "autocheckpoint", m->auto_idle, "internal", m->internal,
+                                                     "relatime", m->relatime));
         pthread_mutex_unlock(&D.lock);
         return arr;
 }
@@ -152,10 +153,11 @@ static void mounts_save(void) {
         bool stopping = D.stopping;
         for (struct dmount *m = D.mounts; arr && m; m = m->next)
                 if (!m->internal && !atomic_load(&m->exited))
-                        json_array_append_new(arr, json_pack("{s:s, s:s?, s:b, s:s?, s:f, s:f}", "mountpoint",
+                        json_array_append_new(arr, json_pack("{s:s, s:s?, s:b, s:s?, s:f, s:f, s:b}", "mountpoint",
                                                              m->mountpoint, "session", m->session, "ro", m->ro, "at",
                                                              m->at, "autocheckpoint", m->auto_idle,
-                                                             "autocheckpoint_max", m->auto_max));
+                                                             "autocheckpoint_max", m->auto_max, "relatime",
+                                                             m->relatime));
         pthread_mutex_unlock(&D.lock);
         _cleanup_free_ char *s = arr && !stopping ? json_dumps(arr, JSON_COMPACT) : NULL;
         json_decref(arr);
@@ -184,7 +186,8 @@ static void mounts_restore(void) {
                         continue;
                 int r = d_mount_add(session ? session : at, at, mp, json_is_true(json_object_get(e, "ro")), false,
                                     json_number_value(json_object_get(e, "autocheckpoint")),
-                                    json_number_value(json_object_get(e, "autocheckpoint_max")), NULL);
+                                    json_number_value(json_object_get(e, "autocheckpoint_max")),
+                                    json_is_true(json_object_get(e, "relatime")), NULL);
                 if (r < 0)
                         log_warn("after a crash: cannot mount %s at %s again: %s", session ? session : at, mp,
                                  ntfs_strerror(r));
@@ -380,7 +383,7 @@ static void detach_dead_mount(const char *mp) {
 }
 
 int d_mount_add(const char *session, const char *at, const char *mp, bool ro, bool internal, double idle,
-                double maxi, char **ret_mp) {
+                double maxi, bool relatime, char **ret_mp) {
         _cleanup_free_ struct dmount *m = calloc(1, sizeof *m);
         if (!m)
                 return -ENOMEM;
@@ -408,6 +411,7 @@ int d_mount_add(const char *session, const char *at, const char *mp, bool ro, bo
         ntfs_mount_opts_init(&o);
         o.mountpoint = real;
         o.read_only = ro || at;
+        o.relatime = relatime && !o.read_only;
         if (!internal && !o.read_only && m->session) {
                 /* another writer beside the jail's internal mount */
                 o.on_fsync = d_ext_fsync;
@@ -423,6 +427,7 @@ int d_mount_add(const char *session, const char *at, const char *mp, bool ro, bo
                 m->at = at ? strdup(at) : NULL;
                 m->ro = o.read_only;
                 m->internal = internal;
+                m->relatime = o.relatime;
                 m->auto_idle = idle;
                 m->auto_max = maxi;
                 m->last_change_ns = m->last_ckpt_ns = ntfs_mono_ns();
@@ -548,7 +553,7 @@ int d_session_mountpoint(const char *session, char **ret) {
                 return -ENAMETOOLONG;
         if (mkdir(dir, 0755) < 0 && errno != EEXIST)
                 return -errno;
-        int r = d_mount_add(session, NULL, dir, false, true, 0, 0, NULL);
+        int r = d_mount_add(session, NULL, dir, false, true, 0, 0, false, NULL);
         if (r == -NTFS_EMOUNTED) /* raced with another request */
                 r = 0;
         if (r < 0)

@@ -97,7 +97,7 @@ static int h_session_get(void *ud, const ntfs_http_request *req, ntfs_http_respo
 
 static int h_mount(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
         static const char *const keys[] = { "session", "mountpoint", "ro", "at", "autocheckpoint",
-                                            "autocheckpoint_max", NULL };
+                                            "autocheckpoint_max", "relatime", NULL };
         const char *session, *mp, *at;
         int r;
         if ((r = d_check_keys(req, resp, keys)) < 0 || (r = d_want_string(req, resp, "session", true, &session)) < 0 ||
@@ -108,6 +108,10 @@ static int h_mount(void *ud, const ntfs_http_request *req, ntfs_http_response *r
         if (roj && !json_is_boolean(roj))
                 return ntfs_http_error(resp, -NTFS_EBADREQ, "field 'ro' must be a boolean");
         bool ro = json_is_true(roj);
+        json_t *raj = json_object_get(req->json, "relatime");
+        if (raj && !json_is_boolean(raj))
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "field 'relatime' must be a boolean");
+        bool relatime = json_is_true(raj);
         json_t *ac = json_object_get(req->json, "autocheckpoint");
         json_t *am = json_object_get(req->json, "autocheckpoint_max");
         if ((ac && !json_is_number(ac)) || (am && !json_is_number(am)))
@@ -123,14 +127,14 @@ static int h_mount(void *ud, const ntfs_http_request *req, ntfs_http_response *r
                         return ntfs_http_error(resp, r, "session '%s': %s", session, ntfs_strerror(r));
         }
         _cleanup_free_ char *real = NULL;
-        r = d_mount_add(session, at, mp, ro, false, idle, maxi, &real);
+        r = d_mount_add(session, at, mp, ro, false, idle, maxi, relatime, &real);
         if (r < 0 && access("/dev/fuse", R_OK | W_OK) < 0)
                 return ntfs_http_error(resp, r, "cannot mount %s: /dev/fuse: %s (ntfsd runs as uid %u and cannot open it)",
                                        mp, strerror(errno), (unsigned)geteuid());
         if (r < 0)
                 return ntfs_http_error(resp, r, "cannot mount %s: %s", mp, ntfs_strerror(r));
-        return d_reply(resp, 201, json_pack("{s:s, s:s, s:b, s:s?}", "mountpoint", real, "session", session,
-                                          "ro", ro || at, "at", at));
+        return d_reply(resp, 201, json_pack("{s:s, s:s, s:b, s:s?, s:b}", "mountpoint", real, "session", session,
+                                          "ro", ro || at, "at", at, "relatime", relatime && !ro && !at));
 }
 
 static int h_mounts(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {

@@ -70,6 +70,7 @@ struct ntfs_mount {
         double entry_timeout, attr_timeout;
         uint32_t max_threads;
         bool read_only;
+        bool relatime; /* opts.relatime on a read-write mount: OPEN answered, atime kept on READ */
         void (*on_exit)(ntfs_mount *m, void *ud);
         void *on_exit_ud;
         int (*on_fsync)(void *ud);
@@ -85,6 +86,7 @@ struct ntfs_mount {
         atomic_bool init_seen;
         bool init_done;
         bool parallel_dirops, handle_killpriv, handle_killpriv_v2;
+        bool posix_acl; /* FUSE_POSIX_ACL and FUSE_DONT_MASK granted (mount_op_init) */
         uint32_t kernel_minor, kernel_flags; /* from the INIT request */
         _Atomic uint64_t opcounts[64]; /* requests per opcode (0: out of range) */
         _Atomic uint64_t opns[64];     /* with NTFS_FUSE_STATS: ns from request read to reply */

@@ -28,6 +28,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "fs/acl.h"
 #include "fs/mount-internal.h"
 #include "common/banned.h"
 
@@ -562,6 +563,19 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
                 reply_attr(req, &out);
 }
 
+/* A node made by a program: with POSIX ACLs on, the kernel left the umask
+ * to us (DONT_MASK): the store applies it, or the parent's default ACL
+ * instead (ntfs_ws_create). */
+static int create_in_store(fuse_req_t req, uint64_t parent, const char *name, uint32_t mode, uint64_t rdev,
+                           uint32_t uid, uint32_t gid, struct ntfs_attr *ret) {
+        ntfs_mount *m = req_mount(req);
+        if (m->posix_acl)
+                return ntfs_ws_create(m->ws, parent, name, mode, rdev, uid, gid, fuse_req_ctx(req)->umask, ret);
+        if (S_ISDIR(mode))
+                return ntfs_ws_mkdir(m->ws, parent, name, mode & 07777, uid, gid, ret);
+        return ntfs_ws_mknod(m->ws, parent, name, mode, rdev, uid, gid, ret);
+}
+
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev) {
         ntfs_mount *m = req_mount(req);
         uint64_t epoch = cache_epoch(m);
@@ -569,7 +583,7 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
         int r = new_owner(req, parent, false, &uid, &gid, &md);
         struct ntfs_attr a;
         if (r >= 0)
-                r = ntfs_ws_mknod(m->ws, parent, name, md, rdev, uid, gid, &a);
+                r = create_in_store(req, parent, name, md, rdev, uid, gid, &a);
         if (r < 0)
                 reply_err(req, r);
         else
@@ -583,7 +597,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
         int r = new_owner(req, parent, true, &uid, &gid, &md);
         struct ntfs_attr a;
         if (r >= 0)
-                r = ntfs_ws_mkdir(m->ws, parent, name, md, uid, gid, &a);
+                r = create_in_store(req, parent, name, S_IFDIR | md, 0, uid, gid, &a);
         if (r < 0)
                 reply_err(req, r);
         else
@@ -699,7 +713,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
  * opens). The fallback answers for kernels without that support. */
 void mount_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         fi->fh = 0;
-        fi->keep_cache = 1;
+        fi->keep_cache = !req_mount(req)->relatime; /* relatime: the first read after open is ours */
         fi->direct_io = 0;
         fuse_reply_open(req, fi);
 }
@@ -717,7 +731,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
         int r = new_owner(req, parent, false, &uid, &gid, &md);
         struct ntfs_attr a;
         if (r >= 0)
-                r = ntfs_ws_mknod(m->ws, parent, name, md, 0, uid, gid, &a);
+                r = create_in_store(req, parent, name, md, 0, uid, gid, &a);
         if (r == -EEXIST && !(fi->flags & O_EXCL)) {
                 /* Created by someone else since the kernel's lookup: open it. */
                 r = ntfs_ws_lookup(m->ws, parent, name, &a);
@@ -772,6 +786,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
                 fuse_reply_err(req, EINVAL);
                 return;
         }
+        /* relatime: atime before the reply, so that a stat after the read
+         * (the kernel refetches atime after a READ) sees it */
+        if (m->relatime)
+                (void)ntfs_ws_touch_atime(m->ws, ino); /* best effort, as a read's atime is */
         /* Straight from the store's map into the reply: one copy (the
          * kernel's) instead of two. Only a read larger than any the kernel
          * sends (max_read) takes the buffered path below. */
@@ -990,67 +1008,49 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino) {
                 fuse_reply_statfs(req, &sv);
 }
 
-/* POSIX ACLs are not supported (no FUSE_CAP_POSIX_ACL: the kernel would
- * fetch ACLs for permission checks). Without it the kernel hands
- * system.posix_acl_* to us as plain xattrs; storing them would be a lie
- * that cp -a and rsync -A fall for (they set a mode-equivalent ACL instead
- * of chmod). A mode-equivalent access ACL is applied as chmod; anything
- * else is EOPNOTSUPP, which makes those programs fall back to chmod. */
-#define ACL_XATTR_VERSION 2
-#define ACL_USER_OBJ 0x01
-#define ACL_GROUP_OBJ 0x04
-#define ACL_MASK 0x10
-#define ACL_OTHER 0x20
+/* security.* and trusted.* are refused: what they hold is read by the
+ * host's kernel and LSMs (file capabilities, SELinux labels, overlayfs
+ * whiteouts), and a workspace is exported and mounted elsewhere; nothing a
+ * program in the workspace stores there may grant anything (issue 63). */
+static bool xattr_refused(const char *name) {
+        return strncmp(name, "security.", 9) == 0 || strncmp(name, "trusted.", 8) == 0;
+}
 
-static int acl_to_mode(const char *value, size_t size, uint32_t *ret) {
-        if (size < 4 || (size - 4) % 8 != 0)
-                return -EINVAL;
-        uint32_t version;
-        memcpy(&version, value, 4);
-        if (version != ACL_XATTR_VERSION)
-                return -EINVAL;
-        uint32_t mode = 0, seen = 0;
-        for (size_t off = 4; off < size; off += 8) {
-                uint16_t tag, perm;
-                memcpy(&tag, value + off, 2);
-                memcpy(&perm, value + off + 2, 2);
-                perm &= 7;
-                switch (tag) {
-                case ACL_USER_OBJ: mode |= (uint32_t)perm << 6; break;
-                case ACL_GROUP_OBJ: mode |= (uint32_t)perm << 3; break;
-                case ACL_OTHER: mode |= perm; break;
-                default: return -EOPNOTSUPP; /* named users/groups, mask: a real ACL */
-                }
-                if (seen & tag)
-                        return -EINVAL;
-                seen |= tag;
-        }
-        if (seen != (ACL_USER_OBJ | ACL_GROUP_OBJ | ACL_OTHER))
-                return -EINVAL;
-        *ret = mode;
-        return 0;
+/* POSIX ACLs: with FUSE_POSIX_ACL the kernel checks them (reading
+ * system.posix_acl_access) and has checked the value it sends; the store
+ * keeps it as an xattr, sets the mode from an access ACL and drops an ACL
+ * that only repeats the mode (ntfs_ws_setxattr). What the kernel leaves to
+ * us (fs/fuse/acl.c): the owner check again, and clearing setgid when the
+ * caller is outside the file's group (posix_acl_update_mode()). Without
+ * FUSE_POSIX_ACL nothing would enforce a stored ACL: refused. */
+static int acl_change(fuse_req_t req, ntfs_mount *m, fuse_ino_t ino, const char *name, bool set,
+                      const char *value, size_t size) {
+        if (!m->posix_acl)
+                return -EOPNOTSUPP;
+        struct ntfs_attr cur;
+        int r = ntfs_ws_getattr(m->ws, ino, &cur);
+        if (r < 0)
+                return r;
+        if (fuse_req_ctx(req)->uid != 0 && fuse_req_ctx(req)->uid != cur.uid)
+                return -EPERM;
+        r = set ? ntfs_ws_setxattr(m->ws, ino, name, value, size, 0) : ntfs_ws_removexattr(m->ws, ino, name);
+        if (r < 0 || !set || ntfs_acl_kind(name) != 1 || !(cur.mode & S_ISGID) || in_group_or_root(req, cur.gid))
+                return r;
+        if ((r = ntfs_ws_getattr(m->ws, ino, &cur)) < 0)
+                return r;
+        struct ntfs_attr in = {.ino = ino, .mode = cur.mode & ~(uint32_t)S_ISGID}, out;
+        return ntfs_ws_setattr(m->ws, ino, &in, NTFS_SET_MODE, &out);
 }
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
                         int flags) {
         ntfs_mount *m = req_mount(req);
-        if (strncmp(name, "system.posix_acl_", 17) == 0) {
-                uint32_t perm;
-                int r = strcmp(name, "system.posix_acl_access") == 0 ? acl_to_mode(value, size, &perm)
-                                                                      : -EOPNOTSUPP;
-                struct ntfs_attr cur, out;
-                if (r >= 0)
-                        r = ntfs_ws_getattr(m->ws, ino, &cur);
-                if (r >= 0 && fuse_req_ctx(req)->uid != 0 && fuse_req_ctx(req)->uid != cur.uid)
-                        r = -EPERM;
-                if (r >= 0) {
-                        struct ntfs_attr in = {.ino = ino, .mode = (cur.mode & ~(uint32_t)0777) | perm};
-                        r = ntfs_ws_setattr(m->ws, ino, &in, NTFS_SET_MODE, &out);
-                }
-                reply_err(req, r);
-                return;
-        }
-        reply_err(req, ntfs_ws_setxattr(m->ws, ino, name, value, size, flags));
+        if (xattr_refused(name))
+                reply_err(req, -EPERM);
+        else if (ntfs_acl_kind(name))
+                reply_err(req, acl_change(req, m, ino, name, true, value, size));
+        else
+                reply_err(req, ntfs_ws_setxattr(m->ws, ino, name, value, size, flags));
 }
 
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size) {
@@ -1104,7 +1104,13 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 }
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name) {
-        reply_err(req, ntfs_ws_removexattr(req_mount(req)->ws, ino, name));
+        ntfs_mount *m = req_mount(req);
+        if (xattr_refused(name))
+                reply_err(req, -EPERM);
+        else if (ntfs_acl_kind(name))
+                reply_err(req, acl_change(req, m, ino, name, false, NULL, 0));
+        else
+                reply_err(req, ntfs_ws_removexattr(m->ws, ino, name));
 }
 
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,

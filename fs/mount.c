@@ -223,6 +223,20 @@ void mount_op_init(void *ud, struct fuse_conn_info *conn) {
         if (m->kernel_minor >= 33 && (m->kernel_flags & FUSE_HANDLE_KILLPRIV_V2) && !m->read_only &&
             !(nov2 && *nov2 == '1'))
                 m->extra_flags |= FUSE_HANDLE_KILLPRIV_V2;
+        /* POSIX ACLs (docs/mount.md): the kernel enforces them (it reads
+         * system.posix_acl_access for a permission check and caches it);
+         * the store keeps them as xattrs, the mode in step with the access
+         * ACL, and the parent's default ACL inherited on create, for which
+         * the umask must not be applied first: DONT_MASK, and the umask
+         * comes with MKNOD/MKDIR (op_mknod, op_mkdir). NTFS_FUSE_NO_POSIX_ACL=1
+         * turns them off (to measure them; setting an ACL is then
+         * EOPNOTSUPP). */
+        const char *noacl = getenv("NTFS_FUSE_NO_POSIX_ACL");
+        if ((conn->capable & FUSE_CAP_POSIX_ACL) && (conn->capable & FUSE_CAP_DONT_MASK) &&
+            !(noacl && *noacl == '1')) {
+                conn->want |= FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK;
+                m->posix_acl = true;
+        }
         /* The reply follows at once (the kernel holds requests until it has
          * it); io_writev marks INIT done too, after the patch. */
         pthread_mutex_lock(&m->lock);
@@ -807,6 +821,7 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
         pthread_condattr_destroy(&ca);
         m->ws = ws;
         m->read_only = o->read_only || ntfs_ws_readonly(ws);
+        m->relatime = o->relatime && !m->read_only;
         m->entry_timeout = o->entry_timeout >= 0 ? o->entry_timeout : MOUNT_TIMEOUT;
         m->attr_timeout = o->attr_timeout >= 0 ? o->attr_timeout : MOUNT_TIMEOUT;
         m->max_threads = o->max_threads ? NTFS_MIN(o->max_threads, FUSEPOOL_MAX) : 8;
@@ -832,8 +847,11 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
          * ownership (docs/mount.md says why not the daemon). */
         const char *fsname = o->fsname && *o->fsname ? o->fsname : "ntfs";
         char opts[512];
-        int n = snprintf(opts, sizeof(opts), "default_permissions,noatime,fsname=%s,subtype=ntfs%s%s", fsname,
-                         o->allow_other ? ",allow_other" : "", m->read_only ? ",ro" : "");
+        /* (no atime flag is relatime, the kernel's default: libfuse 3.14
+         * does not know "relatime") */
+        int n = snprintf(opts, sizeof(opts), "default_permissions%s,fsname=%s,subtype=ntfs%s%s",
+                         m->relatime ? "" : ",noatime", fsname, o->allow_other ? ",allow_other" : "",
+                         m->read_only ? ",ro" : "");
         if (n < 0 || (size_t)n >= sizeof(opts) || strchr(fsname, ',')) {
                 mount_free(m);
                 return -EINVAL;
@@ -847,7 +865,12 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
          * OPEN and OPENDIR. op_open is kept for the fallback case. */
         ops.open = mount_op_open_noopen;
         ops.opendir = mount_op_open_noopen;
-        (void)mount_op_open;
+        /* relatime: OPEN answered without keep_cache, so that the kernel
+         * drops a file's pages at open and its first read reaches op_read,
+         * which keeps atime (FUSE inodes are S_NOATIME: the kernel leaves
+         * atime to us and never sees a cached read). */
+        if (m->relatime)
+                ops.open = mount_op_open;
         (void)mount_op_opendir;
         /* No CREATE: libfuse answers ENOSYS once, the kernel then creates
          * with MKNOD and opens without OPEN (no_open), so a created file

@@ -48,6 +48,8 @@ struct ntfs_mount_opts {
         double entry_timeout;    /* seconds; default 86,400; at most 1 while the session is shared */
         double attr_timeout;     /* seconds; default 86,400 (the same) */
         bool debug;              /* libfuse's request trace on stderr */
+        bool relatime;           /* atime kept as ext4's relatime does (read-write mounts); default
+                                  * false: noatime (docs/mount.md, "atime") */
         const char *fsname;      /* shown in /proc/mounts; default "ntfs" */
         /* Called once from the loop thread when the loop ended without
          * ntfs_mount_stop() (unmounted from outside, connection aborted).

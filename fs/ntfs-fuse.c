@@ -4,7 +4,7 @@
  *
  *   ntfs-fuse --store DIR [--create] [--session NAME | --at REF] [--ro]
  *             [-f] [--checkpoint-on-signal] [--threads N] [--timeout SECS]
- *             [--debug] MOUNTPOINT
+ *             [--relatime] [--debug] MOUNTPOINT
  *
  * Serves until SIGTERM/SIGINT or until the mount goes away (unmounted from
  * outside), then unmounts, flushes the store durably and exits 0.
@@ -34,8 +34,8 @@
 
 static void usage(FILE *f) {
         fprintf(f, "usage: ntfs-fuse --store DIR [--create] [--session NAME | --at REF] [--ro] [-f]\n"
-                   "                 [--checkpoint-on-signal] [--threads N] [--timeout SECS] [--debug]\n"
-                   "                 MOUNTPOINT\n");
+                   "                 [--checkpoint-on-signal] [--threads N] [--timeout SECS] [--relatime]\n"
+                   "                 [--debug] MOUNTPOINT\n");
 }
 
 static void on_mount_exit(ntfs_mount *m, void *ud) {
@@ -87,10 +87,12 @@ static void do_rollback(ntfs_store *st, ntfs_mount *m, const char *session) {
 
 int main(int argc, char **argv) {
         const char *store_dir = NULL, *session = NULL, *at = NULL;
-        bool create = false, ro = false, foreground = false, ckpt_signals = false, debug = false;
+        bool create = false, ro = false, foreground = false, ckpt_signals = false, debug = false,
+             relatime = false;
         uint64_t threads = 0;
         double timeout = -1; /* the mount library's default */
-        enum { OPT_STORE = 256, OPT_CREATE, OPT_SESSION, OPT_AT, OPT_RO, OPT_CKPT, OPT_THREADS, OPT_TIMEOUT, OPT_DEBUG };
+        enum { OPT_STORE = 256, OPT_CREATE, OPT_SESSION, OPT_AT, OPT_RO, OPT_CKPT, OPT_THREADS, OPT_TIMEOUT, OPT_DEBUG,
+               OPT_RELATIME };
         static const struct option longopts[] = {
                 {"store", required_argument, NULL, OPT_STORE},
                 {"create", no_argument, NULL, OPT_CREATE},
@@ -102,6 +104,7 @@ int main(int argc, char **argv) {
                 {"threads", required_argument, NULL, OPT_THREADS},
                 {"timeout", required_argument, NULL, OPT_TIMEOUT},
                 {"debug", no_argument, NULL, OPT_DEBUG},
+                {"relatime", no_argument, NULL, OPT_RELATIME},
                 {"help", no_argument, NULL, 'h'},
                 {NULL, 0, NULL, 0},
         };
@@ -116,6 +119,7 @@ int main(int argc, char **argv) {
                 case 'f': foreground = true; break;
                 case OPT_CKPT: ckpt_signals = true; break;
                 case OPT_DEBUG: debug = true; break;
+                case OPT_RELATIME: relatime = true; break;
                 case OPT_THREADS:
                         if (ntfs_parse_u64(optarg, 256, &threads) < 0 || threads == 0) {
                                 fprintf(stderr, "ntfs-fuse: --threads: 1..256\n");
@@ -221,6 +225,7 @@ int main(int argc, char **argv) {
         mo.mountpoint = mountpoint;
         mo.read_only = ro || at;
         mo.debug = debug;
+        mo.relatime = relatime;
         if (timeout >= 0)
                 mo.entry_timeout = mo.attr_timeout = timeout;
         if (threads)

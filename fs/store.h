@@ -354,11 +354,23 @@ int ntfs_ws_lookup(ntfs_ws *ws, uint64_t parent, const char *name, struct ntfs_a
 int ntfs_ws_getattr(ntfs_ws *ws, uint64_t ino, struct ntfs_attr *ret);
 int ntfs_ws_setattr(ntfs_ws *ws, uint64_t ino, const struct ntfs_attr *in, unsigned to_set,
                     struct ntfs_attr *ret);
+/* A read of ino under relatime (ext4's default): atime becomes now when it
+ * is not later than mtime or ctime, or is 24 hours old; else unchanged.
+ * Like any atime-only change it does not make the state dirty (a
+ * checkpoint after reads changes nothing). 1 when updated, 0 when not. */
+int ntfs_ws_touch_atime(ntfs_ws *ws, uint64_t ino);
 /* Regular files, fifos, sockets and device nodes (mode carries the type). */
 int ntfs_ws_mknod(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t mode, uint64_t rdev, uint32_t uid,
                   uint32_t gid, struct ntfs_attr *ret);
 int ntfs_ws_mkdir(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
                   struct ntfs_attr *ret);
+/* A program's create (mknod or mkdir: mode carries the type) as on ext4:
+ * the node inherits the parent's default POSIX ACL (its access ACL, and a
+ * directory the default ACL too, with the mode limited by it), or without
+ * one the umask's bits are taken from mode. ntfs_ws_mknod and
+ * ntfs_ws_mkdir take mode as it is. */
+int ntfs_ws_create(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t mode, uint64_t rdev, uint32_t uid,
+                   uint32_t gid, uint32_t umask, struct ntfs_attr *ret);
 int ntfs_ws_symlink(ntfs_ws *ws, uint64_t parent, const char *name, const char *target, uint32_t uid,
                     uint32_t gid, struct ntfs_attr *ret);
 /* Copies the target (not NUL-terminated) into buf; returns its length

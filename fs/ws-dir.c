@@ -15,6 +15,7 @@
 #include "common/err.h"
 #include "common/fault.h"
 #include "common/log.h"
+#include "fs/acl.h"
 #include "fs/store-internal.h"
 #include "fs/ws-internal.h"
 #include "common/banned.h"
@@ -116,8 +117,11 @@ static int quota_inode(struct ctx *c) {
         return 0;
 }
 
+/* umask < 0: mode is taken as it is (merges, tests); else the new node
+ * inherits the parent's default ACL or, without one, loses the umask's
+ * bits, as a program's create does on ext4 (ntfs_ws_create). */
 static int create_node(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t mode, uint64_t rdev,
-                       uint32_t uid, uint32_t gid, const char *target, struct ntfs_attr *ret) {
+                       uint32_t uid, uint32_t gid, const char *target, int32_t umask, struct ntfs_attr *ret) {
         struct ctx c;
         int r = ctx_enter(ws, &c, true);
         if (r < 0)
@@ -138,6 +142,15 @@ static int create_node(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t 
                 r = quota_inode(&c);
         if (r == 0)
                 r = ws_check_space(&c, 0);
+        _cleanup_free_ uint8_t *acl_access = NULL, *acl_default = NULL;
+        size_t acl_len = 0;
+        if (r == 0 && umask >= 0 && !target) {
+                r = ws_acl_inherit_locked(&c, parent, &d, &mode, &acl_access, &acl_default, &acl_len);
+                if (r == 1) {
+                        mode &= ~((uint32_t)umask & 0777);
+                        r = 0;
+                }
+        }
         struct ino_rec rec = { 0 };
         uint64_t ino = 0;
         if (r == 0) {
@@ -177,6 +190,10 @@ static int create_node(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t 
         }
         if (r == 0)
                 r = NTFS_FAULT("store.create");
+        if (r == 0 && acl_access)
+                r = ws_xattr_put_locked(&c, ino, &rec, NTFS_ACL_ACCESS, acl_access, acl_len);
+        if (r == 0 && acl_default)
+                r = ws_xattr_put_locked(&c, ino, &rec, NTFS_ACL_DEFAULT, acl_default, acl_len);
         if (r == 0) /* writes rec, with DIRTY set */
                 r = ws_mark_dirty(&c, ino, &rec);
         if (r == 0)
@@ -204,12 +221,24 @@ int ntfs_ws_mknod(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t mode,
                 return -EINVAL;
         if (!S_ISCHR(mode) && !S_ISBLK(mode))
                 rdev = 0;
-        return create_node(ws, parent, name, mode, rdev, uid, gid, NULL, ret);
+        return create_node(ws, parent, name, mode, rdev, uid, gid, NULL, -1, ret);
 }
 
 int ntfs_ws_mkdir(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
                   struct ntfs_attr *ret) {
-        return create_node(ws, parent, name, S_IFDIR | (mode & 07777), 0, uid, gid, NULL, ret);
+        return create_node(ws, parent, name, S_IFDIR | (mode & 07777), 0, uid, gid, NULL, -1, ret);
+}
+
+int ntfs_ws_create(ntfs_ws *ws, uint64_t parent, const char *name, uint32_t mode, uint64_t rdev, uint32_t uid,
+                   uint32_t gid, uint32_t umask, struct ntfs_attr *ret) {
+        if (S_ISDIR(mode))
+                return create_node(ws, parent, name, S_IFDIR | (mode & 07777), 0, uid, gid, NULL,
+                                   (int32_t)(umask & 0777), ret);
+        if (!(S_ISREG(mode) || S_ISFIFO(mode) || S_ISSOCK(mode) || S_ISCHR(mode) || S_ISBLK(mode)))
+                return -EINVAL;
+        if (!S_ISCHR(mode) && !S_ISBLK(mode))
+                rdev = 0;
+        return create_node(ws, parent, name, mode, rdev, uid, gid, NULL, (int32_t)(umask & 0777), ret);
 }
 
 int ntfs_ws_symlink(ntfs_ws *ws, uint64_t parent, const char *name, const char *target, uint32_t uid,
@@ -219,7 +248,7 @@ int ntfs_ws_symlink(ntfs_ws *ws, uint64_t parent, const char *name, const char *
                 return -ENOENT;
         if (tl > 4095)
                 return -ENAMETOOLONG;
-        return create_node(ws, parent, name, S_IFLNK | 0777, 0, uid, gid, target, ret);
+        return create_node(ws, parent, name, S_IFLNK | 0777, 0, uid, gid, target, -1, ret);
 }
 
 ssize_t ntfs_ws_readlink(ntfs_ws *ws, uint64_t ino, char *buf, size_t size) {

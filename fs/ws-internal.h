@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT
  * ws-internal.h — private to the working state's files: ws.c (handles,
  * inodes, lookup, file content, setattr), ws-dir.c (names: create, remove,
- * link, rename; readdir) and ws-xattr.c. The per-call context and the
- * helpers they share; the small ones inline, since lookup, getattr, read
- * and write run through them.
+ * link, rename; readdir) and ws-xattr.c (xattrs, POSIX ACLs). The
+ * per-call context and the helpers they share; the small ones inline,
+ * since lookup, getattr, read and write run through them.
  */
 #ifndef NTFS_FS_WS_INTERNAL_H
 #define NTFS_FS_WS_INTERNAL_H
@@ -126,5 +126,29 @@ int ws_check_space(struct ctx *c, uint64_t n);
 /* ---- names (ws-dir.c) ---- */
 
 int ws_ino_free(struct ctx *c, uint64_t ino, const struct ino_rec *rec);
+
+/* ---- xattrs (ws-xattr.c) ---- */
+
+/* A copy of ino's xattr name (malloc'd, the caller's: *ret, *ret_len);
+ * -ENODATA when there is none. Moves a base xattr set into the xattr db
+ * first (and writes rec with INO_XMAT), as every xattr call does. */
+int ws_xattr_get_locked(struct ctx *c, uint64_t ino, struct ino_rec *rec, const char *name, uint8_t **ret,
+                        size_t *ret_len);
+/* Sets ino's xattr name to value, or removes it when value is NULL (no
+ * error if absent). Sets INO_XMAT in rec: the caller writes rec
+ * (ws_mark_dirty). */
+int ws_xattr_put_locked(struct ctx *c, uint64_t ino, struct ino_rec *rec, const char *name, const void *value,
+                        size_t len);
+/* After a chmod (rec->mode already new): the access ACL's USER_OBJ, MASK
+ * (else GROUP_OBJ) and OTHER entries follow the mode, if there is one. */
+int ws_acl_chmod_locked(struct ctx *c, uint64_t ino, struct ino_rec *rec);
+/* A node made in parent with *mode (type and bits the creator asked for)
+ * inherits parent's default ACL, as on ext4 (posix_acl_create): returns 1
+ * when parent has none (the caller applies the umask), else 0 with *mode's
+ * permission bits limited by the ACL and the ACLs to store on the new node
+ * (each malloc'd or NULL; both *ret_len bytes long): an access ACL when it
+ * says more than the mode, and for a directory the default ACL itself. */
+int ws_acl_inherit_locked(struct ctx *c, uint64_t parent, struct ino_rec *prec, uint32_t *mode,
+                          uint8_t **ret_access, uint8_t **ret_default, size_t *ret_len);
 
 #endif

@@ -14,6 +14,7 @@
 #include "common/err.h"
 #include "common/fault.h"
 #include "common/log.h"
+#include "fs/acl.h"
 #include "fs/store-internal.h"
 #include "fs/ws-internal.h"
 #include "common/banned.h"
@@ -68,12 +69,144 @@ static int xattr_materialize(struct ctx *c, uint64_t ino, struct ino_rec *rec) {
         return 0;
 }
 
+static void xattr_key(uint8_t *k, struct ctx *c, uint64_t ino, const char *name, size_t nl) {
+        key2(k, c->wsid, ino);
+        memcpy(k + 16, name, nl);
+}
+
+int ws_xattr_get_locked(struct ctx *c, uint64_t ino, struct ino_rec *rec, const char *name, uint8_t **ret,
+                        size_t *ret_len) {
+        size_t nl = strnlen(name, 256);
+        if (nl == 0 || nl > 255)
+                return -ERANGE;
+        if (!(rec->flags & INO_XMAT) && ntfs_hash_is_zero(&rec->xattr))
+                return -ENODATA;
+        int r;
+        if (!(rec->flags & INO_XMAT)) {
+                if ((r = xattr_materialize(c, ino, rec)) < 0 || (r = ino_put(c->st, c->wsid, ino, rec)) < 0)
+                        return r;
+        }
+        uint8_t k[16 + 256];
+        xattr_key(k, c, ino, name, nl);
+        MDB_val v;
+        r = db_get(c->st, c->st->xattr, k, 16 + nl, &v);
+        if (r < 0)
+                return r == -ENOENT ? -ENODATA : r;
+        uint8_t *copy = malloc(v.mv_size ? v.mv_size : 1);
+        if (!copy)
+                return -ENOMEM;
+        memcpy(copy, v.mv_data, v.mv_size);
+        *ret = copy;
+        *ret_len = v.mv_size;
+        return 0;
+}
+
+int ws_xattr_put_locked(struct ctx *c, uint64_t ino, struct ino_rec *rec, const char *name, const void *value,
+                        size_t len) {
+        size_t nl = strnlen(name, 256);
+        if (nl == 0 || nl > 255)
+                return -ERANGE;
+        int r = xattr_materialize(c, ino, rec);
+        if (r < 0)
+                return r;
+        uint8_t k[16 + 256];
+        xattr_key(k, c, ino, name, nl);
+        if (value)
+                return db_put(c->st, c->st->xattr, k, 16 + nl, value, len);
+        r = db_del(c->st, c->st->xattr, k, 16 + nl);
+        return r == -ENOENT ? 0 : r;
+}
+
+/* system.posix_acl_access / _default (kind 1 / 2), as the kernel's
+ * set_posix_acl() and posix_acl_update_mode() on ext4: checked; an access
+ * ACL sets the mode's permission bits and is stored only when it says more
+ * than they do; a default ACL only on a directory; an empty one (a bare
+ * header) removes the ACL. (Clearing setgid for a caller outside the
+ * file's group is the mount's: only it knows the caller.) */
+static int acl_set(ntfs_ws *ws, uint64_t ino, int kind, const void *value, size_t size) {
+        int n = ntfs_acl_check(value, size);
+        if (n < 0)
+                return n;
+        struct ctx c;
+        int r = ctx_enter(ws, &c, true);
+        if (r < 0)
+                return r;
+        struct ino_rec rec;
+        r = ino_get(c.st, c.wsid, ino, &rec);
+        if (r == 0 && S_ISLNK(rec.mode))
+                r = -EOPNOTSUPP;
+        if (r == 0 && kind == 2 && !S_ISDIR(rec.mode))
+                r = n == 0 ? 0 : -EACCES;
+        else if (r == 0 && kind == 2) {
+                r = ws_xattr_put_locked(&c, ino, &rec, NTFS_ACL_DEFAULT, n ? value : NULL, size);
+        } else if (r == 0) {
+                uint32_t perm = 0;
+                bool equiv = true;
+                if (n > 0) {
+                        ntfs_acl_mode(value, size, &perm, &equiv);
+                        rec.mode = (rec.mode & ~(uint32_t)0777) | perm;
+                }
+                r = ws_xattr_put_locked(&c, ino, &rec, NTFS_ACL_ACCESS, equiv ? NULL : value, size);
+        }
+        if (r == 0) {
+                rec.ctime = now_ns();
+                r = ws_mark_dirty(&c, ino, &rec);
+        }
+        return ws_ctx_leave(&c, r);
+}
+
+int ws_acl_chmod_locked(struct ctx *c, uint64_t ino, struct ino_rec *rec) {
+        if (S_ISLNK(rec->mode) || (!(rec->flags & INO_XMAT) && ntfs_hash_is_zero(&rec->xattr)))
+                return 0;
+        _cleanup_free_ uint8_t *v = NULL;
+        size_t len = 0;
+        int r = ws_xattr_get_locked(c, ino, rec, NTFS_ACL_ACCESS, &v, &len);
+        if (r == -ENODATA)
+                return 0;
+        if (r < 0)
+                return r;
+        if (ntfs_acl_check(v, len) <= 0)
+                return 0; /* not one the store checked (an import of an older store): left alone */
+        ntfs_acl_chmod(v, len, rec->mode);
+        return ws_xattr_put_locked(c, ino, rec, NTFS_ACL_ACCESS, v, len);
+}
+
+int ws_acl_inherit_locked(struct ctx *c, uint64_t parent, struct ino_rec *prec, uint32_t *mode,
+                          uint8_t **ret_access, uint8_t **ret_default, size_t *ret_len) {
+        *ret_access = *ret_default = NULL;
+        *ret_len = 0;
+        if (!(prec->flags & INO_XMAT) && ntfs_hash_is_zero(&prec->xattr))
+                return 1;
+        _cleanup_free_ uint8_t *dflt = NULL;
+        size_t len = 0;
+        int r = ws_xattr_get_locked(c, parent, prec, NTFS_ACL_DEFAULT, &dflt, &len);
+        if (r == -ENODATA)
+                return 1;
+        if (r < 0)
+                return r;
+        if (ntfs_acl_check(dflt, len) <= 0)
+                return 1;
+        _cleanup_free_ uint8_t *access = malloc(len);
+        if (!access)
+                return -ENOMEM;
+        memcpy(access, dflt, len);
+        if (ntfs_acl_create_masq(access, len, mode) > 0)
+                *ret_access = TAKE_PTR(access);
+        if (S_ISDIR(*mode))
+                *ret_default = TAKE_PTR(dflt);
+        *ret_len = len;
+        return 0;
+}
+
 int ntfs_ws_setxattr(ntfs_ws *ws, uint64_t ino, const char *name, const void *value, size_t size, int flags) {
         size_t nl = strnlen(name, 256);
         if (nl == 0 || nl > 255)
                 return -ERANGE;
         if (size > XATTR_VALUE_MAX)
                 return -E2BIG;
+        int kind = ntfs_acl_kind(name);
+        if (kind)
+                return acl_set(ws, ino, kind, value, size);
         struct ctx c;
         int r = ctx_enter(ws, &c, true);
         if (r < 0)

@@ -1059,19 +1059,28 @@ int ntfs_ws_fallocate(ntfs_ws *ws, uint64_t ino, int mode, uint64_t off, uint64_
                 r = S_ISDIR(rec.mode) ? -EISDIR : -ENODEV;
         if (r == 0 && (off > (1ull << 50) || len > (1ull << 50) - off))
                 r = -EFBIG;
-        if (r == 0 && !(mode & FALLOC_FL_KEEP_SIZE) && off + len > rec.size) {
-                /* Space is not reserved (content is stored on write), but the
-                 * quota and free disk are checked for the new size. */
-                r = ws_check_space(&c, 0);
-                if (r == 0)
-                        r = do_truncate(&c, ino, &rec, off + len);
-                if (r == 0) {
+        /* Nothing is reserved (chunks are stored when written, and equal
+         * ones once), but a program that preallocates must hear ENOSPC now
+         * rather than in the middle of its writes: the free disk is checked
+         * for the whole range (EDQUOT past the session's quota comes from
+         * do_truncate, as for a write). The range then counts as stored
+         * (st_blocks, an upper bound until the next checkpoint, like a
+         * write's), so writing into it does not grow du, as on ext4. */
+        if (r == 0)
+                r = ws_check_space(&c, len);
+        bool grow = off + len > rec.size && !(mode & FALLOC_FL_KEEP_SIZE);
+        if (r == 0 && grow)
+                r = do_truncate(&c, ino, &rec, off + len);
+        if (r == 0) {
+                uint64_t end = NTFS_MIN(off + len, rec.size);
+                uint64_t counted = end > off ? end - off : 0;
+                rec.rdev = rec.rdev + counted > rec.size ? rec.size : rec.rdev + counted;
+                if (grow)
                         rec.ctime = now_ns();
-                        r = ws_mark_dirty(&c, ino, &rec);
-                }
-                if (r == 0)
-                        data_changed(&c, ino);
+                r = ws_mark_dirty(&c, ino, &rec);
         }
+        if (r == 0 && grow)
+                data_changed(&c, ino);
         return ws_ctx_leave(&c, r);
 }
 
@@ -1120,13 +1129,32 @@ int ntfs_ws_setattr(ntfs_ws *ws, uint64_t ino, const struct ntfs_attr *in, unsig
                         rec.ctime = (int64_t)in->ctime.tv_sec * 1000000000LL + in->ctime.tv_nsec;
                 else
                         rec.ctime = now;
-                if (only_atime)
-                        r = ino_put(c.st, c.wsid, ino, &rec);
-                else
-                        r = ws_mark_dirty(&c, ino, &rec);
+                /* a chmod changes the access ACL too, as on ext4 */
+                if (to_set & NTFS_SET_MODE)
+                        r = ws_acl_chmod_locked(&c, ino, &rec);
+                if (r == 0)
+                        r = only_atime ? ino_put(c.st, c.wsid, ino, &rec) : ws_mark_dirty(&c, ino, &rec);
         }
         if (r == 0)
                 ws_attr_from(ino, &rec, ret);
+        return ws_ctx_leave(&c, r);
+}
+
+int ntfs_ws_touch_atime(ntfs_ws *ws, uint64_t ino) {
+        struct ctx c;
+        int r = ctx_enter(ws, &c, true);
+        if (r < 0)
+                return r;
+        struct ino_rec rec;
+        r = ino_get(c.st, c.wsid, ino, &rec);
+        int64_t now = now_ns();
+        if (r == 0 && (rec.atime <= rec.mtime || rec.atime <= rec.ctime || now - rec.atime >= 86400LL * 1000000000LL)) {
+                rec.atime = now;
+                r = ino_put(c.st, c.wsid, ino, &rec);
+                if (r == 0)
+                        r = 1;
+        }
+        c.write = false; /* a read is no change (ntfs_ws_changes: autocheckpoints) */
         return ws_ctx_leave(&c, r);
 }
 

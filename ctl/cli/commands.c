@@ -26,6 +26,7 @@ static const struct flagspec mount_flags[] = { { "ro", 0, false },
                                                { "at", 0, true },
                                                { "autocheckpoint", 0, true },
                                                { "autocheckpoint-max", 0, true },
+                                               { "relatime", 0, false },
                                                { NULL, 0, false } };
 static const struct flagspec checkpoint_flags[] = { { "message", 'm', true }, { NULL, 0, false } };
 static const struct flagspec at_flags[] = { { "at", 0, true }, { NULL, 0, false } };
@@ -133,7 +134,7 @@ const struct cmd cli_commands[] = {
         {
                 .name = "mount",
                 .group = CLI_GROUP_SESSIONS,
-                .synopsis = "NAME MOUNTPOINT [--ro] [--at COMMIT|TAG] [--autocheckpoint IDLE_SECONDS]",
+                .synopsis = "NAME MOUNTPOINT [--ro] [--at COMMIT|TAG] [--autocheckpoint IDLE_SECONDS] [--relatime]",
                 .summary = "mount a session (or a past commit) on a directory",
                 .help = "Mounts the working state of session NAME on the existing directory MOUNTPOINT\n"
                         "(made absolute before it is sent). With --at, mounts that commit or tag\n"
@@ -145,6 +146,8 @@ const struct cmd cli_commands[] = {
                         "                              following writes (0 or absent: off)\n"
                         "  --autocheckpoint-max SECONDS  also checkpoint at most every SECONDS while\n"
                         "                              writes go on\n"
+                        "  --relatime                  keep atime as ext4's default does (a read updates it\n"
+                        "                              when older than mtime/ctime or a day); default noatime\n"
                         "\nExamples:\n  ntfs-ctl mount main /tmp/ws --autocheckpoint 1\n"
                         "  ntfs-ctl mount main /tmp/v1 --at v1\n",
                 .flags = mount_flags,

@@ -223,6 +223,8 @@ int cmd_mount(struct ctx *c, const struct cmd *cmd, struct args *a) {
                 json_object_set_new(body, "autocheckpoint", json_integer((json_int_t)idle_s));
         if (maxs)
                 json_object_set_new(body, "autocheckpoint_max", json_integer((json_int_t)max_s));
+        if (has_flag(cmd, a, "relatime"))
+                json_object_set_new(body, "relatime", json_true());
         json_t *j = NULL;
         int r = call(c, "POST", "/v1/mounts", body, &j);
         json_decref(body);
@@ -236,6 +238,8 @@ int cmd_mount(struct ctx *c, const struct cmd *cmd, struct args *a) {
                        jstr(j, "mountpoint", mp), jtrue(j, "ro") || has_flag(cmd, a, "ro") ? "ro" : "rw");
                 if (idle)
                         printf(", autocheckpoint after %" PRIu64 " s idle", idle_s);
+                if (jtrue(j, "relatime"))
+                        printf(", relatime");
                 printf(")\n");
         }
         json_decref(j);

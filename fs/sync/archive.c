@@ -9,7 +9,9 @@
 #include <archive_entry.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <inttypes.h>
+#include <pwd.h>
 #include <limits.h>
 #include <locale.h>
 #include <stdarg.h>
@@ -23,6 +25,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "fs/acl.h"
 #include "fs/sync/tarball.h"
 #include "common/banned.h"
 
@@ -305,8 +308,53 @@ static int w_fail(struct xw *x, const char *what) {
         return e > 0 ? -e : -EIO;
 }
 
+/* POSIX ACL tags and permissions, the kernel's and libarchive's */
+static const struct {
+        uint16_t ntfs;
+        int la;
+} acl_tags[] = {
+        { NTFS_ACL_USER_OBJ, ARCHIVE_ENTRY_ACL_USER_OBJ }, { NTFS_ACL_USER, ARCHIVE_ENTRY_ACL_USER },
+        { NTFS_ACL_GROUP_OBJ, ARCHIVE_ENTRY_ACL_GROUP_OBJ }, { NTFS_ACL_GROUP, ARCHIVE_ENTRY_ACL_GROUP },
+        { NTFS_ACL_MASK, ARCHIVE_ENTRY_ACL_MASK }, { NTFS_ACL_OTHER, ARCHIVE_ENTRY_ACL_OTHER },
+};
+
+static int acl_perm_la(uint16_t perm) {
+        return (perm & 4 ? ARCHIVE_ENTRY_ACL_READ : 0) | (perm & 2 ? ARCHIVE_ENTRY_ACL_WRITE : 0) |
+               (perm & 1 ? ARCHIVE_ENTRY_ACL_EXECUTE : 0);
+}
+
+/* A POSIX ACL (system.posix_acl_access / _default) goes out as pax ACL
+ * records (SCHILY.acl.access / SCHILY.acl.default: what GNU tar --acls,
+ * star and bsdtar read), not as an xattr; ids numeric, as uid/gid. */
+static int acl_to_entry(struct archive_entry *e, int kind, const void *value, size_t len) {
+        int n = ntfs_acl_check(value, len);
+        if (n <= 0)
+                return n;
+        int type = kind == 1 ? ARCHIVE_ENTRY_ACL_TYPE_ACCESS : ARCHIVE_ENTRY_ACL_TYPE_DEFAULT;
+        for (int i = 0; i < n; i++) {
+                uint16_t tag, perm;
+                uint32_t id;
+                ntfs_acl_get(value, (size_t)i, &tag, &perm, &id);
+                int latag = 0;
+                for (size_t t = 0; t < ARRAY_SIZE(acl_tags); t++)
+                        if (acl_tags[t].ntfs == tag)
+                                latag = acl_tags[t].la;
+                int qual = tag == NTFS_ACL_USER || tag == NTFS_ACL_GROUP ? (int)id : -1;
+                if (archive_entry_acl_add_entry(e, type, acl_perm_la(perm), latag, qual, NULL) != ARCHIVE_OK)
+                        return -EINVAL;
+        }
+        return 0;
+}
+
 static int xattr_cb(const char *name, const void *value, size_t len, void *ud) {
         struct xw *x = ud;
+        int kind = ntfs_acl_kind(name);
+        if (kind) {
+                int r = acl_to_entry(x->e, kind, value, len);
+                if (r < 0)
+                        set_why(x->why, x->whylen, "'%s' has an invalid %s", x->name, name);
+                return r;
+        }
         archive_entry_xattr_add_entry(x->e, name, value, len);
         return 0;
 }
@@ -580,14 +628,99 @@ static int set_xattrs(struct xr *x, struct archive_entry *e, const char *path) {
         size_t size;
         archive_entry_xattr_reset(e);
         while (archive_entry_xattr_next(e, &name, &val, &size) == ARCHIVE_OK) {
-                if (!name || !*name)
-                        continue;
+                if (!name || !*name || ntfs_acl_kind(name))
+                        continue; /* ACLs come from the pax ACL records (acl_from_entry) */
                 int r = ntfs_builder_set_xattr(x->b, path, name, val, size);
                 if (r < 0)
                         return FAIL(x, r == -ENOSPC || r == -EIO || r == -ENOMEM ? r : -NTFS_EBADREQ,
                                     "cannot set xattr '%.100s' on '%s': %s", name, path[0] ? path : ".",
                                     ntfs_strerror(r));
         }
+        return 0;
+}
+
+/* The id of a user or group an ACL entry names without a number (GNU tar
+ * writes names in SCHILY.acl.*), from this host's databases, as tar does
+ * when it extracts; -1 when unknown. */
+static int acl_name_id(bool user, const char *name) {
+        if (!name || !*name)
+                return -1;
+        char buf[4096];
+        if (user) {
+                struct passwd pw, *res = NULL;
+                if (getpwnam_r(name, &pw, buf, sizeof buf, &res) != 0 || !res || pw.pw_uid > INT32_MAX)
+                        return -1;
+                return (int)pw.pw_uid;
+        }
+        struct group gr, *res = NULL;
+        if (getgrnam_r(name, &gr, buf, sizeof buf, &res) != 0 || !res || gr.gr_gid > INT32_MAX)
+                return -1;
+        return (int)gr.gr_gid;
+}
+
+/* An entry's POSIX ACL of one type (ARCHIVE_ENTRY_ACL_TYPE_ACCESS or
+ * _DEFAULT) in its xattr form (*ret, malloc'd; NULL when it has none or
+ * an access ACL only repeats the mode); *perm's permission bits become the
+ * access ACL's (a tar's mode has the mask as group bits), as
+ * acl_set_file() on extraction leaves them. */
+static int acl_from_entry(struct xr *x, struct archive_entry *e, const char *path, int type, uint32_t *perm,
+                          uint8_t **ret, size_t *ret_len) {
+        *ret = NULL;
+        *ret_len = 0;
+        int n = archive_entry_acl_reset(e, type);
+        if (n <= 0)
+                return 0;
+        if (n > NTFS_ACL_MAX_ENTRIES)
+                return FAIL(x, -NTFS_EBADREQ, "'%s': more than %d ACL entries", path, NTFS_ACL_MAX_ENTRIES);
+        size_t len = NTFS_ACL_HDR + (size_t)n * NTFS_ACL_ENTRY;
+        _cleanup_free_ uint8_t *v = malloc(len);
+        if (!v)
+                return FAIL(x, -ENOMEM, "out of memory");
+        ntfs_acl_put_header(v);
+        int i = 0, etype, permset, tag, qual;
+        const char *name;
+        while (i < n && archive_entry_acl_next(e, type, &etype, &permset, &tag, &qual, &name) == ARCHIVE_OK) {
+                uint16_t t = 0;
+                for (size_t k = 0; k < ARRAY_SIZE(acl_tags); k++)
+                        if (acl_tags[k].la == tag)
+                                t = acl_tags[k].ntfs;
+                if (t == 0)
+                        return FAIL(x, -NTFS_EBADREQ, "'%s': an ACL entry of a kind POSIX ACLs do not have", path);
+                if ((t == NTFS_ACL_USER || t == NTFS_ACL_GROUP) && qual < 0 &&
+                    (qual = acl_name_id(t == NTFS_ACL_USER, name)) < 0)
+                        return FAIL(x, -NTFS_EBADREQ, "'%s': ACL entry for %s '%.100s', which this host does not know",
+                                    path, t == NTFS_ACL_USER ? "user" : "group", name ? name : "?");
+                uint16_t p = (uint16_t)((permset & ARCHIVE_ENTRY_ACL_READ ? 4 : 0) |
+                                        (permset & ARCHIVE_ENTRY_ACL_WRITE ? 2 : 0) |
+                                        (permset & ARCHIVE_ENTRY_ACL_EXECUTE ? 1 : 0));
+                ntfs_acl_put(v, (size_t)i++, t, p,
+                             t == NTFS_ACL_USER || t == NTFS_ACL_GROUP ? (uint32_t)qual : NTFS_ACL_UNDEFINED_ID);
+        }
+        len = NTFS_ACL_HDR + (size_t)i * NTFS_ACL_ENTRY;
+        ntfs_acl_sort(v, len);
+        if (ntfs_acl_check(v, len) <= 0)
+                return FAIL(x, -NTFS_EBADREQ, "corrupt archive: '%s' has an invalid %s ACL", path,
+                            type == ARCHIVE_ENTRY_ACL_TYPE_ACCESS ? "access" : "default");
+        if (type == ARCHIVE_ENTRY_ACL_TYPE_ACCESS) {
+                uint32_t bits;
+                bool equiv;
+                ntfs_acl_mode(v, len, &bits, &equiv);
+                *perm = (*perm & ~(uint32_t)0777) | bits;
+                if (equiv)
+                        return 0;
+        }
+        *ret = TAKE_PTR(v);
+        *ret_len = len;
+        return 0;
+}
+
+static int set_acl_xattr(struct xr *x, const char *path, const char *name, const uint8_t *v, size_t len) {
+        if (!v)
+                return 0;
+        int r = ntfs_builder_set_xattr(x->b, path, name, v, len);
+        if (r < 0)
+                return FAIL(x, r == -ENOSPC || r == -EIO || r == -ENOMEM ? r : -NTFS_EBADREQ,
+                            "cannot set the ACL of '%s': %s", path[0] ? path : ".", ntfs_strerror(r));
         return 0;
 }
 
@@ -678,6 +811,18 @@ static int import_entry(struct xr *x, struct archive_entry *e) {
         uint32_t uid = (uint32_t)archive_entry_uid(e), gid = (uint32_t)archive_entry_gid(e);
         uint32_t perm = (uint32_t)archive_entry_perm(e) & 07777;
         int64_t mtime = entry_mtime(e);
+        /* POSIX ACLs (pax SCHILY.acl.*): a symlink has none, a hard link
+         * its target's; the access ACL's bits are the mode's */
+        _cleanup_free_ uint8_t *acl_a = NULL, *acl_d = NULL;
+        size_t acl_alen = 0, acl_dlen = 0;
+        if (!hl && type != AE_IFLNK) {
+                if ((r = acl_from_entry(x, e, path[0] ? path : ".", ARCHIVE_ENTRY_ACL_TYPE_ACCESS, &perm, &acl_a,
+                                        &acl_alen)) < 0)
+                        return r;
+                if (type == AE_IFDIR && (r = acl_from_entry(x, e, path[0] ? path : ".", ARCHIVE_ENTRY_ACL_TYPE_DEFAULT,
+                                                            &perm, &acl_d, &acl_dlen)) < 0)
+                        return r;
+        }
 
         if (path[0] == 0) { /* "." or "./": the root directory itself */
                 if (type != AE_IFDIR || hl)
@@ -685,7 +830,9 @@ static int import_entry(struct xr *x, struct archive_entry *e) {
                                     raw);
                 if ((r = ntfs_builder_add_dir(x->b, "", perm, uid, gid, mtime)) < 0)
                         return build_fail(x, r, "./", NULL);
-                return set_xattrs(x, e, "");
+                if ((r = set_xattrs(x, e, "")) < 0 || (r = set_acl_xattr(x, "", NTFS_ACL_ACCESS, acl_a, acl_alen)) < 0)
+                        return r;
+                return set_acl_xattr(x, "", NTFS_ACL_DEFAULT, acl_d, acl_dlen);
         }
         if (hl) {
                 char tpath[MAX_PATH_BYTES + 1];
@@ -725,7 +872,9 @@ static int import_entry(struct xr *x, struct archive_entry *e) {
                 if ((r = copy_data(x, e, path)) < 0)
                         return r;
         }
-        return set_xattrs(x, e, path);
+        if ((r = set_xattrs(x, e, path)) < 0 || (r = set_acl_xattr(x, path, NTFS_ACL_ACCESS, acl_a, acl_alen)) < 0)
+                return r;
+        return set_acl_xattr(x, path, NTFS_ACL_DEFAULT, acl_d, acl_dlen);
 }
 
 /* A filter is registered only when libarchive decodes it itself (a probe

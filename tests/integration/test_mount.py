@@ -481,18 +481,24 @@ def test_xattrs(mnt):
     with pytest.raises(OSError) as e:
         os.getxattr(p, "user.a")
     assert e.value.errno == errno.ENODATA
-    # a mode-equivalent access ACL is a chmod (cp -a sets one); real ACLs are refused
+    # a mode-equivalent access ACL is a chmod and stores nothing (cp -a sets
+    # one); a real one is kept, its mask the group bits (test_posix_gaps.py)
     os.stat(p)
     acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", t, perm, 0xffffffff)
                                           for t, perm in ((1, 6), (4, 4), (0x20, 0)))
     os.setxattr(p, "system.posix_acl_access", acl)
     assert stat.S_IMODE(os.stat(p).st_mode) == 0o640
+    assert os.listxattr(p) == ["user.big"]
     named = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", t, perm, i) for t, perm, i in
                                             ((1, 6, 0xffffffff), (2, 4, 1000), (4, 4, 0xffffffff),
-                                             (0x10, 4, 0xffffffff), (0x20, 0, 0xffffffff)))
-    with pytest.raises(OSError) as e:
-        os.setxattr(p, "system.posix_acl_access", named)
-    assert e.value.errno == errno.EOPNOTSUPP
+                                             (0x10, 6, 0xffffffff), (0x20, 0, 0xffffffff)))
+    os.setxattr(p, "system.posix_acl_access", named)
+    assert os.getxattr(p, "system.posix_acl_access") == named
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o660
+    with pytest.raises(OSError) as e:  # entries out of order: refused (by the kernel first)
+        os.setxattr(p, "system.posix_acl_access", named[:4] + named[12:20] + named[4:12] + named[20:])
+    assert e.value.errno == errno.EINVAL
+    os.removexattr(p, "system.posix_acl_access")
     d = os.path.join(mnt.path, "xd")
     os.mkdir(d)
     os.setxattr(d, "user.dir", b"yes")

@@ -181,7 +181,7 @@ def test_the_mount_list_after_a_crash_equals_the_one_before(scratch):
         ro = os.path.join(scratch, "ro")
         os.mkdir(rw)
         os.mkdir(ro)
-        d.ok("mount", "live", rw, "--autocheckpoint", "5")
+        d.ok("mount", "live", rw, "--autocheckpoint", "5", "--relatime")
         with open(os.path.join(rw, "f"), "w") as f:
             f.write("tagged\n")
         d.ok("checkpoint", "live")
@@ -189,6 +189,7 @@ def test_the_mount_list_after_a_crash_equals_the_one_before(scratch):
         d.ok("mount", "live", ro, "--at", "t1")
         before = sorted(d.http("GET", "/v1/mounts").json["mounts"], key=lambda m: m["mountpoint"])
         assert len(before) == 2
+        assert [m["relatime"] for m in before] == [False, True]  # ro, rw: options come back too
     except BaseException:
         d.stop()
         raise

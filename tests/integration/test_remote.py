@@ -528,3 +528,43 @@ def test_prune_deletes_only_old_unindexed_packs(machines, s3):
     b = machines("prune-bucket")
     assert b.d.jok("clone", "origin/main", "main")["head"] == a.head()
     assert a.d.ctl("remote", "prune", "nosuch").returncode == 1
+
+
+def test_acls_travel_with_push_clone_and_pull(machines):
+    """POSIX ACLs are xattrs of the tree (docs/mount.md): a clone shows and
+    enforces them, and a pull brings a changed one."""
+    def getfacl(m, rel):
+        r = subprocess.run(["getfacl", "-c", "-n", "-p", os.path.join(m.mp, rel)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    def setfacl(m, *args):
+        r = subprocess.run(["setfacl", *args[:-1], os.path.join(m.mp, args[-1])], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+
+    def nobody_reads(m, rel):
+        return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat",
+                               os.path.join(m.mp, rel)], capture_output=True).returncode == 0
+
+    a = machines("acl-bucket")
+    a.d.ok("session", "new", "main")
+    a.mount()
+    os.chmod(a.mp, 0o755)
+    a.write("f", b"secret\n")
+    os.chmod(os.path.join(a.mp, "f"), 0o600)
+    setfacl(a, "-m", "u:65534:r", "f")
+    os.mkdir(os.path.join(a.mp, "d"), 0o755)
+    setfacl(a, "-d", "-m", "u:65534:rwx", "d")
+    want = {n: getfacl(a, n) for n in ("f", "d")}
+    assert a.push().status == 200
+    b = machines("acl-bucket")
+    b.d.ok("clone", "origin/main", "main")
+    b.mount()
+    os.chmod(b.mp, 0o755)
+    assert {n: getfacl(b, n) for n in ("f", "d")} == want
+    assert nobody_reads(b, "f")
+    # a changed ACL comes with a pull
+    setfacl(a, "-b", "f")
+    assert a.push().status == 200
+    b.d.ok("pull", "main", "origin")
+    assert getfacl(b, "f") == getfacl(a, "f") and not nobody_reads(b, "f")

@@ -26,6 +26,7 @@
 #include "common/cleanup.h"
 #include "common/err.h"
 #include "common/fault.h"
+#include "fs/acl.h"
 #include "fs/store.h"
 #include "fs/store-internal.h" /* CHUNK_INLINE_MAX */
 #include "tests/unit/tap.h"
@@ -493,6 +494,107 @@ TEST(diff_kinds) {
         ntfs_store_close(st);
         rm_rf(tmpdir);
 }
+
+/* An ACL value from (tag, perm, id) triples. */
+static size_t acl_make(uint8_t *v, const uint32_t (*e)[3], size_t n) {
+        ntfs_acl_put_header(v);
+        for (size_t i = 0; i < n; i++)
+                ntfs_acl_put(v, i, (uint16_t)e[i][0], (uint16_t)e[i][1], e[i][2]);
+        return NTFS_ACL_HDR + n * NTFS_ACL_ENTRY;
+}
+
+#define U NTFS_ACL_UNDEFINED_ID
+
+/* POSIX ACLs as xattrs (fs/acl.c, ws-xattr.c): checked, the mode kept in
+ * step both ways, inherited on create, carried by checkpoint/rollback. */
+TEST(posix_acls) {
+        uint8_t named[64], equiv[64], bad[64], got[64];
+        const uint32_t en[][3] = { { 1, 6, U }, { 2, 4, 1000 }, { 4, 4, U }, { 0x10, 6, U }, { 0x20, 0, U } };
+        const uint32_t ee[][3] = { { 1, 6, U }, { 4, 4, U }, { 0x20, 0, U } };
+        const uint32_t eb[][3] = { { 1, 6, U }, { 2, 4, 1000 }, { 4, 4, U }, { 0x20, 0, U } }; /* no mask */
+        size_t nl = acl_make(named, en, 5), el = acl_make(equiv, ee, 3), bl = acl_make(bad, eb, 4);
+        ASSERT_EQ(ntfs_acl_check(named, nl), 5);
+        ASSERT_EQ(ntfs_acl_check(bad, bl), -EINVAL);
+        ASSERT_EQ(ntfs_acl_check(named, nl - 1), -EINVAL);
+        ntfs_store *st;
+        ntfs_ws *ws = quiet_session(&st);
+        uint64_t f = mkfile(ws, NTFS_ROOT_INO, "f", "x");
+        struct ntfs_attr a;
+        ASSERT_ERR(ntfs_ws_setxattr(ws, f, NTFS_ACL_ACCESS, bad, bl, 0), -EINVAL);
+        /* a named entry: stored; the mask is the group bits */
+        ASSERT_OK(ntfs_ws_setxattr(ws, f, NTFS_ACL_ACCESS, named, nl, 0));
+        ASSERT_OK(ntfs_ws_getattr(ws, f, &a));
+        ASSERT_EQ(a.mode & 0777, 0660u);
+        ASSERT_EQ(ntfs_ws_getxattr(ws, f, NTFS_ACL_ACCESS, got, sizeof got), (long)nl);
+        /* chmod: user::, mask:: and other:: follow */
+        struct ntfs_attr in = { .ino = f, .mode = 0705 };
+        ASSERT_OK(ntfs_ws_setattr(ws, f, &in, NTFS_SET_MODE, &a));
+        ASSERT_EQ(ntfs_ws_getxattr(ws, f, NTFS_ACL_ACCESS, got, sizeof got), (long)nl);
+        uint32_t perm;
+        bool eq;
+        ntfs_acl_mode(got, nl, &perm, &eq);
+        ASSERT_EQ(perm, 0705u);
+        ASSERT(!eq);
+        /* an equivalent ACL is a chmod: nothing stored */
+        ASSERT_OK(ntfs_ws_setxattr(ws, f, NTFS_ACL_ACCESS, equiv, el, 0));
+        ASSERT_OK(ntfs_ws_getattr(ws, f, &a));
+        ASSERT_EQ(a.mode & 0777, 0640u);
+        ASSERT_ERR(ntfs_ws_getxattr(ws, f, NTFS_ACL_ACCESS, got, sizeof got), -ENODATA);
+        /* default ACLs: directories only; inherited by ntfs_ws_create */
+        ASSERT_ERR(ntfs_ws_setxattr(ws, f, NTFS_ACL_DEFAULT, named, nl, 0), -EACCES);
+        struct ntfs_attr d, c, s;
+        ASSERT_OK(ntfs_ws_mkdir(ws, NTFS_ROOT_INO, "d", 0755, 0, 0, &d));
+        ASSERT_OK(ntfs_ws_setxattr(ws, d.ino, NTFS_ACL_DEFAULT, named, nl, 0));
+        ASSERT_OK(ntfs_ws_create(ws, d.ino, "c", S_IFREG | 0644, 0, 0, 0, 077, &c));
+        ASSERT_EQ(c.mode & 0777, 0640u); /* umask ignored; mask r-- from the mode's group bits */
+        ASSERT_EQ(ntfs_ws_getxattr(ws, c.ino, NTFS_ACL_ACCESS, got, sizeof got), (long)nl);
+        ASSERT_ERR(ntfs_ws_getxattr(ws, c.ino, NTFS_ACL_DEFAULT, got, sizeof got), -ENODATA);
+        ASSERT_OK(ntfs_ws_create(ws, d.ino, "s", S_IFDIR | 0777, 0, 0, 0, 077, &s));
+        ASSERT_EQ(s.mode & 0777, 0660u);
+        ASSERT_EQ(ntfs_ws_getxattr(ws, s.ino, NTFS_ACL_DEFAULT, got, sizeof got), (long)nl);
+        ASSERT(memcmp(got, named, nl) == 0);
+        /* without a default ACL the umask applies; plain mknod takes the mode */
+        ASSERT_OK(ntfs_ws_create(ws, NTFS_ROOT_INO, "u", S_IFREG | 0666, 0, 0, 0, 027, &a));
+        ASSERT_EQ(a.mode & 0777, 0640u);
+        ASSERT_OK(ntfs_ws_mknod(ws, d.ino, "m", S_IFREG | 0666, 0, 0, 0, &a));
+        ASSERT_EQ(a.mode & 0777, 0666u);
+        ASSERT_ERR(ntfs_ws_getxattr(ws, a.ino, NTFS_ACL_ACCESS, got, sizeof got), -ENODATA);
+        /* carried by a checkpoint, back after a rollback */
+        ntfs_hash h;
+        bool changed;
+        ASSERT_OK(ntfs_checkpoint(st, "s", "acls", NULL, &h, &changed));
+        ASSERT_OK(ntfs_ws_removexattr(ws, c.ino, NTFS_ACL_ACCESS));
+        ASSERT_OK(ntfs_rollback(st, "s", NULL, 0, &h));
+        ASSERT_OK(ntfs_ws_lookup(ws, NTFS_ROOT_INO, "d", &d));
+        ASSERT_OK(ntfs_ws_lookup(ws, d.ino, "c", &c));
+        ASSERT_EQ(ntfs_ws_getxattr(ws, c.ino, NTFS_ACL_ACCESS, got, sizeof got), (long)nl);
+        ASSERT_EQ(ntfs_ws_getxattr(ws, d.ino, NTFS_ACL_DEFAULT, got, sizeof got), (long)nl);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+/* relatime (ntfs_ws_touch_atime): ext4's rule, and a read is no change. */
+TEST(relatime_touch) {
+        ntfs_store *st;
+        ntfs_ws *ws = quiet_session(&st);
+        uint64_t f = mkfile(ws, NTFS_ROOT_INO, "f", "x");
+        struct ntfs_attr a, in = { .ino = f };
+        ASSERT_OK(ntfs_ws_getattr(ws, f, &a));
+        in.atime.tv_sec = a.mtime.tv_sec - 10; /* older than mtime */
+        ASSERT_OK(ntfs_ws_setattr(ws, f, &in, NTFS_SET_ATIME, &a));
+        uint64_t changes = ntfs_ws_changes(ws);
+        ASSERT_EQ(ntfs_ws_touch_atime(ws, f), 1);
+        ASSERT_EQ(ntfs_ws_touch_atime(ws, f), 0); /* now later than mtime and ctime */
+        ASSERT_EQ(ntfs_ws_changes(ws), changes);
+        ASSERT_OK(ntfs_ws_getattr(ws, f, &a));
+        ASSERT(a.atime.tv_sec >= a.mtime.tv_sec);
+        ntfs_ws_close(ws);
+        ntfs_store_close(st);
+        rm_rf(tmpdir);
+}
+
+#undef U
 
 TEST(posix_ops) {
         fresh_dir();
@@ -3979,6 +4081,8 @@ int main(void) {
         RUN(read_mapping_is_prefaulted_and_grows_in_place);
         RUN(store_layout_upgrade);
         RUN(inline_chunks);
+        RUN(posix_acls);
+        RUN(relatime_touch);
         RUN(model_random);
         return tap_done();
 }
