@@ -94,6 +94,7 @@ struct export_ctx {
          * commit's objects, ntfs_tree_walk). */
         ntfs_ws *view;
         enum ntfs_archive_format fmt;
+        unsigned flags; /* NTFS_ARCHIVE_KEEP_SETID */
         struct d_op *op;
         struct ntfs_archive_progress prog;
         char label[NTFS_NAME_MAX + 80];
@@ -118,7 +119,7 @@ static int export_stream(void *ctx, ntfs_http_stream *out) {
         char why[512] = "";
         int64_t t0 = ntfs_mono_ns();
         struct ntfs_archive_progress *p = &c->prog;
-        int r = ntfs_archive_export(D.st, &c->commit, c->fmt, sink_http, out, p, why, sizeof why);
+        int r = ntfs_archive_export_flags(D.st, &c->commit, c->fmt, c->flags, sink_http, out, p, why, sizeof why);
         if (r < 0)
                 log_warn("export of %s failed: %s", c->label, why[0] ? why : ntfs_strerror(r));
         else
@@ -150,6 +151,13 @@ static int h_export(void *ud, const ntfs_http_request *req, ntfs_http_response *
                 if ((r = resolve_ref(at, &h, why, sizeof why)) < 0)
                         return ntfs_http_error(resp, r, "%s", why);
         }
+        char keep[8];
+        r = ntfs_http_request_query(req, "keep_setid", keep, sizeof keep);
+        if (r == -EINVAL || r == -ENAMETOOLONG || (r >= 0 && strcmp(keep, "") != 0 && strcmp(keep, "1") != 0 &&
+                                                   strcmp(keep, "true") != 0 && strcmp(keep, "0") != 0 &&
+                                                   strcmp(keep, "false") != 0))
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "'keep_setid' is a flag: 1, true, 0 or false");
+        bool keep_setid = r >= 0 && (keep[0] == 0 || strcmp(keep, "1") == 0 || strcmp(keep, "true") == 0);
         bool want_progress = ntfs_http_request_query(req, "progress", pid, sizeof pid) > 0;
         if (want_progress && !d_op_id_valid(pid))
                 return ntfs_http_error(resp, -NTFS_EBADREQ, "'progress' must be 1..64 of [A-Za-z0-9_-]");
@@ -165,6 +173,7 @@ static int h_export(void *ud, const ntfs_http_request *req, ntfs_http_response *
         if (!c)
                 return ntfs_http_error(resp, -ENOMEM, "out of memory");
         c->fmt = fmt;
+        c->flags = keep_setid ? NTFS_ARCHIVE_KEEP_SETID : 0;
         c->commit = h;
         snprintf(c->label, sizeof c->label, "%s@%s (%s)", name, sid, ntfs_archive_format_name(fmt));
         if ((r = ntfs_ws_open_view(D.st, hex, &c->view)) < 0) {

@@ -5,6 +5,7 @@
  * (docs/jail.md).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/seccomp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -33,6 +35,64 @@ static void rule(scmp_filter_ctx ctx, uint32_t action, const char *name, unsigne
                 errno = -r;
                 die_child("seccomp: rule for %s", name);
         }
+}
+
+/* A rule for a syscall libseccomp may not know by name (newer than it):
+ * by name when it does, else by its number on this arch. */
+static void rule_nr(scmp_filter_ctx ctx, uint32_t action, const char *name, int fallback_nr, unsigned n,
+                    const struct scmp_arg_cmp *c) {
+        int nr = seccomp_syscall_resolve_name(name);
+        if (nr == __NR_SCMP_ERROR)
+                nr = fallback_nr;
+        int r = seccomp_rule_add_array(ctx, action, nr, n, c);
+        if (r < 0) {
+                errno = -r;
+                die_child("seccomp: rule for %s", name);
+        }
+}
+
+/* Setuid and setgid bits are never set from the jail (docs/jail.md,
+ * "Setuid and setgid"): every call that gives a file a mode with S_ISUID
+ * or S_ISGID is EPERM — chmod, fchmod, fchmodat, fchmodat2, and creating a
+ * file (open/openat with O_CREAT or O_TMPFILE, creat, mknod, mknodat).
+ * mkdir ignores both bits. openat2 hides its mode in a struct the filter
+ * cannot read: ENOSYS, and programs fall back to openat. */
+static void no_setid_bits(scmp_filter_ctx ctx) {
+        static const uint64_t bits[] = { S_ISUID, S_ISGID };
+        static const struct {
+                const char *name;
+                int fallback_nr;
+                unsigned mode_arg;
+        } direct[] = { { "chmod", -1, 1 }, { "fchmod", -1, 1 }, { "fchmodat", -1, 2 }, { "fchmodat2", 452, 2 },
+                       { "creat", -1, 1 },  { "mknod", -1, 1 },  { "mknodat", -1, 2 } };
+        for (size_t i = 0; i < ARRAY_SIZE(direct); i++)
+                for (size_t b = 0; b < ARRAY_SIZE(bits); b++) {
+                        struct scmp_arg_cmp c = { .arg = direct[i].mode_arg, .op = SCMP_CMP_MASKED_EQ,
+                                                  .datum_a = bits[b], .datum_b = bits[b] };
+                        if (direct[i].fallback_nr >= 0)
+                                rule_nr(ctx, SCMP_ACT_ERRNO(EPERM), direct[i].name, direct[i].fallback_nr, 1, &c);
+                        else
+                                rule(ctx, SCMP_ACT_ERRNO(EPERM), direct[i].name, 1, &c);
+                }
+        /* open(path, flags, mode), openat(dfd, path, flags, mode): only when
+         * the flags create (O_CREAT; O_TMPFILE's own bit). */
+        static const uint64_t creating[] = { O_CREAT, __O_TMPFILE };
+        static const struct {
+                const char *name;
+                unsigned flags_arg;
+        } opens[] = { { "open", 1 }, { "openat", 2 } };
+        for (size_t i = 0; i < ARRAY_SIZE(opens); i++)
+                for (size_t f = 0; f < ARRAY_SIZE(creating); f++)
+                        for (size_t b = 0; b < ARRAY_SIZE(bits); b++) {
+                                struct scmp_arg_cmp c[2] = {
+                                        { .arg = opens[i].flags_arg, .op = SCMP_CMP_MASKED_EQ,
+                                          .datum_a = creating[f], .datum_b = creating[f] },
+                                        { .arg = opens[i].flags_arg + 1, .op = SCMP_CMP_MASKED_EQ,
+                                          .datum_a = bits[b], .datum_b = bits[b] },
+                                };
+                                rule(ctx, SCMP_ACT_ERRNO(EPERM), opens[i].name, 2, c);
+                        }
+        rule_nr(ctx, SCMP_ACT_ERRNO(ENOSYS), "openat2", 437, 0, NULL);
 }
 
 static scmp_filter_ctx build_filter(void) {
@@ -102,6 +162,7 @@ static scmp_filter_ctx build_filter(void) {
                 struct scmp_arg_cmp c = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffULL, ioctls[i]);
                 rule(ctx, SCMP_ACT_ERRNO(EPERM), "ioctl", 1, &c);
         }
+        no_setid_bits(ctx);
         /* Socket families: only AF_UNIX (1), AF_INET (2), AF_INET6 (10).
          * Anything above 10 (and any value with high bits) is one GT rule,
          * the few below are listed. */

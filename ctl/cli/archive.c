@@ -111,8 +111,8 @@ int cmd_export(struct ctx *c, const struct cmd *cmd, struct args *a) {
         struct progress_bar pb;
         progress_start(&pb, c, "exporting", false, has_flag(cmd, a, "quiet") || c->json);
         _cleanup_free_ char *path = NULL;
-        if (asprintf(&path, "%s?format=%s%s%s%s%s", base, fmt, at ? "&at=" : "", at ? eat : "",
-                     pb.id[0] ? "&progress=" : "", pb.id) < 0) {
+        if (asprintf(&path, "%s?format=%s%s%s%s%s%s", base, fmt, at ? "&at=" : "", at ? eat : "",
+                     pb.id[0] ? "&progress=" : "", pb.id, has_flag(cmd, a, "keep-setid") ? "&keep_setid=1" : "") < 0) {
                 progress_stop(&pb);
                 return oom(c);
         }

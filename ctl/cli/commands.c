@@ -42,7 +42,8 @@ static const struct flagspec fetch_flags[] = { { "method", 0, true }, { "idempot
 static const struct flagspec replay_flags[] = { { "into", 0, true }, { "from", 0, true }, { NULL, 0, false } };
 static const struct flagspec quota_flags[] = { { "bytes", 0, true }, { "inodes", 0, true }, { NULL, 0, false } };
 static const struct flagspec export_flags[] = {
-        { "format", 0, true }, { "at", 0, true }, { "quiet", 'q', false }, { "no-sync", 0, false }, { NULL, 0, false }
+        { "format", 0, true }, { "at", 0, true }, { "quiet", 'q', false }, { "no-sync", 0, false },
+        { "keep-setid", 0, false }, { NULL, 0, false }
 };
 static const struct flagspec import_flags[] = { { "message", 'm', true },
                                                 { "max-entries", 0, true },
@@ -440,7 +441,8 @@ const struct cmd cli_commands[] = {
         {
                 .name = "export",
                 .group = CLI_GROUP_ARCHIVES,
-                .synopsis = "NAME[@COMMIT|TAG|SNAPSHOT] FILE [--format tar|tar.gz|tgz|tar.zst] [--at REF] [--no-sync] [-q]",
+                .synopsis = "NAME[@COMMIT|TAG|SNAPSHOT] FILE [--format tar|tar.gz|tgz|tar.zst] [--at REF] "
+                            "[--no-sync] [--keep-setid] [-q]",
                 .summary = "write a checkpoint as a tar archive",
                 .help = "Writes the tree of a commit of NAME (its head, or the commit, tag or snapshot\n"
                         "id after '@' or given with --at) to FILE as a pax tar archive, streamed: ntfsd\n"
@@ -450,12 +452,15 @@ const struct cmd cli_commands[] = {
                         "--format; FILE '-' writes to stdout (tar unless --format). The archive is\n"
                         "written next to FILE, fsync'd and renamed over it at the end, so a failed\n"
                         "export, or a system crash, leaves no partial file. Kept: files, directories,\n"
-                        "symlinks, hard links, fifos, modes, uid/gid, mtimes with nanoseconds, xattrs.\n"
+                        "symlinks, hard links, fifos, modes, uid/gid, mtimes with nanoseconds, xattrs,\n"
+                        "ACLs; except that a file setuid root or setgid root loses that bit (a\n"
+                        "workspace's files may come from an agent) unless --keep-setid is given.\n"
                         "\nOptions:\n  --format F    tar, tar.gz (tgz), tar.zst\n"
                         "  --at REF      the commit, tag or snapshot (instead of NAME@REF)\n"
                         "  --no-sync     do not fsync FILE before renaming it into place (as tar\n"
                         "                does): faster, but a system crash soon after may leave\n"
                         "                FILE empty or short; a failed export still leaves nothing\n"
+                        "  --keep-setid  keep setuid and setgid bits of files owned by root\n"
                         "  -q, --quiet   no progress bar (it is drawn only when stderr is a terminal)\n"
                         "\nExamples:\n  ntfs-ctl export main main.tar.gz\n"
                         "  ntfs-ctl export main@v1 - | tar tvf -\n",

@@ -233,6 +233,8 @@ struct xw {
         struct ntfs_archive_progress *prog;
         char *why;
         size_t whylen;
+        bool keep_setid;  /* NTFS_ARCHIVE_KEEP_SETID */
+        uint64_t setid_dropped; /* entries whose setuid/setgid root bit was left out */
 };
 
 static int flush_out(struct xw *x) {
@@ -395,7 +397,16 @@ static int write_entry(const struct ntfs_walk_entry *we, void *ud) {
         struct archive_entry *e = x->e;
         archive_entry_clear(e);
         archive_entry_set_pathname(e, x->name);
-        archive_entry_set_mode(e, type | (we->mode & 07777));
+        uint32_t perm = we->mode & 07777;
+        if (!x->keep_setid && type != S_IFDIR) {
+                uint32_t drop = ((perm & S_ISUID) && we->uid == 0 ? S_ISUID : 0) |
+                                ((perm & S_ISGID) && we->gid == 0 ? S_ISGID : 0);
+                if (drop) {
+                        perm &= ~drop;
+                        x->setid_dropped++;
+                }
+        }
+        archive_entry_set_mode(e, type | perm);
         archive_entry_set_uid(e, we->uid);
         archive_entry_set_gid(e, we->gid);
         int64_t sec = we->mtime_ns / 1000000000LL, nsec = we->mtime_ns % 1000000000LL;
@@ -451,11 +462,18 @@ header:
 int ntfs_archive_export(ntfs_store *st, const ntfs_hash *commit, enum ntfs_archive_format fmt,
                         ntfs_archive_sink sink, void *ud, struct ntfs_archive_progress *prog, char *why,
                         size_t whylen) {
+        return ntfs_archive_export_flags(st, commit, fmt, 0, sink, ud, prog, why, whylen);
+}
+
+int ntfs_archive_export_flags(ntfs_store *st, const ntfs_hash *commit, enum ntfs_archive_format fmt, unsigned flags,
+                              ntfs_archive_sink sink, void *ud, struct ntfs_archive_progress *prog, char *why,
+                              size_t whylen) {
         if (why && whylen)
                 why[0] = 0;
-        if (!st || !commit || !sink)
+        if (!st || !commit || !sink || (flags & ~NTFS_ARCHIVE_KEEP_SETID))
                 return -EINVAL;
-        struct xw x = { .st = st, .sink = sink, .ud = ud, .prog = prog, .why = why, .whylen = whylen };
+        struct xw x = { .st = st, .sink = sink, .ud = ud, .prog = prog, .why = why, .whylen = whylen,
+                        .keep_setid = flags & NTFS_ARCHIVE_KEEP_SETID };
         /* the buffer is declared first so that it is freed last: freeing
          * the archive may still call w_write/w_close */
         _cleanup_free_ uint8_t *obuf = malloc(OUT_BUF);
@@ -522,6 +540,9 @@ int ntfs_archive_export(ntfs_store *st, const ntfs_hash *commit, enum ntfs_archi
         locale_leave(&lg);
         if (r < 0 && x.sink_err < 0 && why && !why[0])
                 set_why(why, whylen, "the receiver stopped: %s", ntfs_strerror(x.sink_err));
+        if (r == 0 && x.setid_dropped)
+                log_info("archive: setuid/setgid root left out of %" PRIu64 " entries (NTFS_ARCHIVE_KEEP_SETID keeps it)",
+                         x.setid_dropped);
         return r;
 }
 

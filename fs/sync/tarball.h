@@ -101,6 +101,15 @@ typedef int (*ntfs_archive_sink)(void *ud, const void *buf, size_t len);
 int ntfs_archive_export(ntfs_store *st, const ntfs_hash *commit, enum ntfs_archive_format fmt,
                         ntfs_archive_sink sink, void *ud, struct ntfs_archive_progress *prog, char *why,
                         size_t whylen);
+/* Flags of ntfs_archive_export_flags. By default an export never makes a
+ * file setuid root or setgid root where it is extracted: S_ISUID of a
+ * non-directory owned by uid 0 and S_ISGID of one owned by gid 0 are left
+ * out of the archive (a workspace's files may come from an agent; docs/
+ * archive.md). NTFS_ARCHIVE_KEEP_SETID keeps them. */
+#define NTFS_ARCHIVE_KEEP_SETID 1u
+int ntfs_archive_export_flags(ntfs_store *st, const ntfs_hash *commit, enum ntfs_archive_format fmt, unsigned flags,
+                              ntfs_archive_sink sink, void *ud, struct ntfs_archive_progress *prog, char *why,
+                              size_t whylen);
 
 struct ntfs_archive_limits {
         uint64_t max_entries; /* 0: NTFS_ARCHIVE_DEFAULT_MAX_ENTRIES */

@@ -202,7 +202,7 @@ def test_export_round_trip_through_gnu_tar(daemon, scratch, suffix):
     subprocess.run([GNU_TAR, *XATTR_FLAGS, "--format=posix", "-C", src, "-cf", arc, "."], check=True)
     daemon.ok("import", "a", arc)
     out = os.path.join(scratch, "out" + suffix)
-    r = daemon.ok("export", "a", out)
+    r = daemon.ok("export", "a", out, "--keep-setid")  # the setuid file of make_tree kept
     assert r.startswith("exported a to ")
     if suffix in (".tar.gz", ".tgz"):
         with open(out, "rb") as f:
@@ -282,14 +282,14 @@ def test_import_stores_what_a_checkpoint_stores(daemon, scratch):
     daemon.ok("checkpoint", "w", "-m", "through the mount")
     daemon.ok("umount", mp)
     a = os.path.join(scratch, "a.tar")
-    daemon.ok("export", "w", a)
+    daemon.ok("export", "w", a, "--keep-setid")
     before = daemon.jok("status")["objects"]
     daemon.ok("import", "copy", a)
     after = daemon.jok("status")["objects"]
     assert after - before == 1, f"the import stored {after - before} objects, not just its commit"
     # and the copy exports to the same bytes
     b = os.path.join(scratch, "b.tar")
-    daemon.ok("export", "copy", b)
+    daemon.ok("export", "copy", b, "--keep-setid")
     with open(a, "rb") as fa, open(b, "rb") as fb:
         assert fa.read() == fb.read()
     daemon.fsck_clean()
