@@ -240,14 +240,20 @@ static int replay_one(const char *into, const struct ntfs_effect *e, json_t *ste
         json_array_append_new(steps, st);
         int r;
         *diverged = false;
-        if (!is_replayable(e->effect_class) || !e->commit_after) {
-                /* Served: nothing runs. A state change it recorded (bash_run)
-                 * is applied by moving the fork to its commit. A replayable
+        /* A cancelled call was stopped part way (a signal, its client gone):
+         * running it again would run it to its end, which never happened. */
+        bool cancelled = e->status == NTFS_EFFECT_FAILED && e->reason && strcmp(e->reason, "cancelled") == 0;
+        if (!is_replayable(e->effect_class) || !e->commit_after || cancelled) {
+                /* Served: nothing runs. A state change it recorded (bash_run,
+                 * or what a cancelled call had done when it was stopped) is
+                 * applied by moving the fork to its commit. A replayable
                  * effect without commit_after left no state (it failed before
                  * its checkpoint, or recovery rolled it back). */
                 json_object_set_new(st, "status", json_string("served"));
                 json_object_set_new(st, "recorded_status", json_string(ntfs_effect_status_to_string(e->status)));
-                if (e->commit_after && !is_replayable(e->effect_class)) {
+                if (cancelled)
+                        json_object_set_new(st, "recorded_reason", json_string("cancelled"));
+                if (e->commit_after && (!is_replayable(e->effect_class) || cancelled)) {
                         ntfs_hash h;
                         if ((r = ntfs_rollback(D.st, into, e->commit_after, 0, &h)) < 0) {
                                 snprintf(why, whylen, "step %" PRIu64 ": cannot apply the recorded commit %.12s: %s",

@@ -322,6 +322,43 @@ def test_replay_deterministic_and_diverging(runner):
     assert r.http("POST", "/v1/sessions/rnd/replay", {})[0] == 400
 
 
+def test_replay_serves_a_cancelled_call_instead_of_running_it_to_its_end(runner):
+    """A cancelled call was stopped part way: a replay applies what it had
+    done when it was stopped (its recorded commit) and does not run it again
+    to completion (which never happened, and would be called divergence)."""
+    r = runner
+    r.start()
+    r.ok("POST", "/v1/sessions", {"name": "c"})
+    assert r.exec("c", "bash_write", "echo one > one")[0] == 200
+    done = {}
+
+    def slow():
+        done["res"] = r.http("POST", "/v1/sessions/c/exec", {"command": "echo began > began; sleep 30; echo end > end",
+                                                             "tool": "bash_write", "cancel_token": "tok-1"})
+
+    t = threading.Thread(target=slow)
+    t.start()
+    time.sleep(2)  # past its first line (a call cancelled while its jail starts never ran)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        st, _ = r.http("POST", "/v1/sessions/c/exec/cancel", {"cancel_token": "tok-1"})
+        if st == 200:
+            break
+        time.sleep(0.1)
+    t.join(60)
+    st, j = done["res"]
+    assert st == 200 and j.get("cancelled") is True, j
+    rows = r.effects("c")
+    assert rows[-1]["status"] == "failed" and rows[-1]["reason"] == "cancelled"
+    j = r.ok("POST", "/v1/sessions/c/replay", {"into": "c2"})
+    assert [s["status"] for s in j["steps"]] == ["same", "served"], j
+    assert j["steps"][1]["recorded_reason"] == "cancelled" and j["first_divergence"] is None
+    # the fork holds what the cancelled call had done, and only that
+    files = r.ok("POST", "/v1/sessions/c2/exec", {"command": "ls", "tool": "bash_read"})["stdout"].split()
+    assert "one" in files and "began" in files and "end" not in files
+    assert r.ok("GET", f"/v1/sessions/c2/diff?from={r.head('c')}")["changes"] == []
+
+
 class _Hits(http.server.BaseHTTPRequestHandler):
     hits = {}
     lock = threading.Lock()
