@@ -276,7 +276,9 @@ static int perform_exchange(ntfs_client *c, const char *head, size_t head_len, c
                 if (n == 0 && !s->done)
                         return -EPROTO; /* closed mid-response */
         }
-        if (!http_should_keep_alive(&parser))
+        /* An answer that came before the whole request was sent leaves the
+         * rest unsent: the connection cannot carry another request. */
+        if (answered || !http_should_keep_alive(&parser))
                 drop_connection(c);
         return 0;
 }
