@@ -11,7 +11,8 @@
   * a full `bash_read` round trip of `true` through ntfsd's socket (one
     keep-alive connection, the request and its JSON answer)
   * `ntfs-ctl exec S -- true`: the whole CLI round trip (process start,
-    connect, the streamed exec route, exit code)
+    connect, the streamed exec route, exit code; the default tool,
+    bash_write)
 
 All rows are run interleaved (one run of each in turn), so a change in the
 machine's load hits them alike.
