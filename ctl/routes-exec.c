@@ -359,6 +359,9 @@ static int python_result(json_t *res) {
  * (ctl/routes-exec-stream.c), or NULL. */
 static int run_tool(const char *session, const char *tool, const char *command, const char *key, double timeout_s,
                     const int *cancel, const struct d_exec_io *io, json_t **ret, char *why, size_t whylen) {
+        /* Phase times of the call, logged at debug level (docs/jail.md,
+         * "Speed": how a call's time is traced end to end). */
+        int64_t t0 = ntfs_mono_ns(), t_begun = 0, t_spawn = 0, t_ran = 0;
         const struct ntfs_tool_spec *spec = ntfs_policy_tool(D.pol, tool);
         if (spec && spec->kind == NTFS_TOOL_KIND_FETCH && d_run_fetch)
                 return d_run_fetch(session, command, key, ret, why, whylen);
@@ -454,6 +457,7 @@ static int run_tool(const char *session, const char *tool, const char *command, 
         /* Crash-matrix fault points (docs/recovery.md): crash only; an armed
          * error is ignored here. */
         (void)NTFS_FAULT("exec.after_begin");
+        t_begun = ntfs_mono_ns();
         _cleanup_free_ char *mp = NULL;
         r = d_session_mountpoint(session, &mp);
         if (r < 0) {
@@ -503,7 +507,9 @@ static int run_tool(const char *session, const char *tool, const char *command, 
         js.watch_hangup = io && io->watch_hangup;
         js.hangup_fd = io ? io->hangup_fd : -1;
         struct ntfs_jail_result jr = { 0 };
+        t_spawn = ntfs_mono_ns();
         r = ntfs_jail_run(&js, &jr);
+        t_ran = ntfs_mono_ns();
         if (io && io->ended)
                 io->ended(io->ud, &jr);
         if (egress)
@@ -605,6 +611,12 @@ static int run_tool(const char *session, const char *tool, const char *command, 
         ntfs_jail_result_release(&jr);
         ntfs_effect_release(&eff);
         *ret = res;
+        if (ntfs_log_get_level() >= NTFS_LOG_DEBUG) {
+                int64_t t_end = ntfs_mono_ns();
+                log_debug("exec %s %s: admitted and begun %.3f ms, prepared %.3f ms, jail %.3f ms, finished %.3f ms",
+                          session, tool, (double)(t_begun - t0) / 1e6, (double)(t_spawn - t_begun) / 1e6,
+                          (double)(t_ran - t_spawn) / 1e6, (double)(t_end - t_ran) / 1e6);
+        }
         return 0;
 }
 

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -344,6 +345,104 @@ int jail_cgroup_attach(const struct jail_cgroup *cg, pid_t pid) {
 }
 
 int jail_cgroup_enter(const struct jail_cgroup *cg) { return jail_cgroup_attach(cg, 0); }
+
+int jail_cgroup_open_tasks(const struct jail_cgroup *cg, int fds[JAIL_CGROUP_DIRS]) {
+        if (cg->v2)
+                return 0;
+        const char *dirs[] = { cg->v1_memory, cg->v1_pids, cg->v1_cpu, cg->v1_cpuacct };
+        _Static_assert(ARRAY_SIZE(dirs) <= JAIL_CGROUP_DIRS, "fds[] too small");
+        int n = 0;
+        for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
+                if (!dirs[i])
+                        continue;
+                char path[PATH_MAX];
+                int k = snprintf(path, sizeof path, "%s/tasks", dirs[i]);
+                int fd = k < 0 || (size_t)k >= sizeof path ? -ENAMETOOLONG
+                                                           : open(path, O_WRONLY | O_CLOEXEC);
+                if (fd < 0) {
+                        int e = k < 0 || (size_t)k >= sizeof path ? ENAMETOOLONG : errno;
+                        while (n > 0)
+                                close(fds[--n]);
+                        return -e;
+                }
+                fds[n++] = fd;
+        }
+        return n;
+}
+
+int jail_cgroup_send_fds(int sock, const int *fds, int n) {
+        if (n < 0 || n > JAIL_CGROUP_DIRS)
+                return -EINVAL;
+        char byte = 'C';
+        struct iovec iov = { &byte, 1 };
+        union {
+                struct cmsghdr h;
+                char b[CMSG_SPACE(sizeof(int) * JAIL_CGROUP_DIRS)];
+        } cb;
+        memset(&cb, 0, sizeof cb);
+        struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
+        if (n > 0) {
+                m.msg_control = cb.b;
+                m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n);
+                struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
+                memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)n);
+        }
+        ssize_t w;
+        while ((w = sendmsg(sock, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+                ;
+        return w == 1 ? 0 : w < 0 ? -errno : -EIO;
+}
+
+int jail_cgroup_recv_fds(int sock, int fds[JAIL_CGROUP_DIRS]) {
+        char byte = 0;
+        struct iovec iov = { &byte, 1 };
+        union {
+                struct cmsghdr h;
+                char b[CMSG_SPACE(sizeof(int) * JAIL_CGROUP_DIRS)];
+        } cb;
+        struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.b, .msg_controllen = sizeof cb.b };
+        ssize_t r;
+        while ((r = recvmsg(sock, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+                ;
+        if (r < 0)
+                return -errno;
+        int n = 0;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+                if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+                        continue;
+                size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                for (size_t i = 0; i < k; i++) {
+                        int fd;
+                        memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+                        if (n < JAIL_CGROUP_DIRS)
+                                fds[n++] = fd;
+                        else
+                                close(fd);
+                }
+        }
+        if (r != 1 || byte != 'C' || (m.msg_flags & MSG_CTRUNC)) {
+                while (n > 0)
+                        close(fds[--n]);
+                return -EPROTO;
+        }
+        return n;
+}
+
+int jail_cgroup_join_self(int *fds, int n) {
+        int r = 0;
+        for (int i = 0; i < n; i++) {
+                ssize_t w;
+                while ((w = write(fds[i], "0", 1)) < 0 && errno == EINTR)
+                        ;
+                if (w != 1 && r == 0)
+                        r = w < 0 ? -errno : -EIO;
+                close(fds[i]);
+        }
+        return r;
+}
 
 static void kill_listed(const char *dir) {
         _cleanup_free_ char *procs = NULL;

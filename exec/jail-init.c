@@ -350,11 +350,27 @@ _Noreturn void run_p1(struct child_args *a, int status_w, int go_r) {
         }
         snprintf(script, sl, "%s%s", save_prefix, o->command);
 
-        /* Nothing is forked before P0 has put this process in the run's
-         * cgroup (it does that, and builds the filter, while this one
-         * builds the root): every process of the command is born there.
+        /* Nothing is forked before this process is in the run's cgroup:
+         * P0 makes it, and builds the filter, while this one builds the
+         * root; then (v1) hands over the run's `tasks` files, to which
+         * this process writes "0" itself (a single thread moving itself
+         * takes no threadgroup lock: no RCU grace period to wait for), or
+         * (v2) moves it, and sends an empty message. Every process of the
+         * command is born there.
          * The cgroup namespace is made after the move, so the run's cgroup
          * is its root, as before. */
+        int cgfds[JAIL_CGROUP_DIRS];
+        int ncg = jail_cgroup_recv_fds(a->notify_w, cgfds);
+        if (ncg < 0) {
+                errno = -ncg;
+                die_child("receive the run's cgroup from the helper");
+        }
+        int jr = jail_cgroup_join_self(cgfds, ncg);
+        if (jr < 0) {
+                errno = -jr;
+                die_child("join the run's cgroup");
+        }
+        trace("p1 in the run's cgroup");
         receive_filter(go_r, &g_filter);
         close(go_r);
         CHECK(unshare(CLONE_NEWCGROUP), "unshare the cgroup namespace");

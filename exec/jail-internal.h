@@ -92,6 +92,23 @@ int jail_cgroup_enter(const struct jail_cgroup *cg);
 /* Moves process pid (of the caller's pid namespace; 0: the caller) into
  * every directory of cg. Its children forked afterwards are born there. */
 int jail_cgroup_attach(const struct jail_cgroup *cg, pid_t pid);
+/* v1: opens the `tasks` file of every directory of cg (O_WRONLY, close-on-
+ * exec) into fds[], for a process to move itself by writing "0" to each
+ * (jail_cgroup_join_self): a single thread moving itself skips the
+ * kernel's threadgroup lock, whose write side waits for an RCU grace
+ * period (2-12 ms on this guest) when another process moves a pid
+ * through cgroup.procs. A process that is single-threaded is thereby
+ * moved whole. Returns the count (0: nothing to open, v2 or no cgroup:
+ * use jail_cgroup_attach) or a negative errno, with no fd left open. */
+#define JAIL_CGROUP_DIRS 5
+int jail_cgroup_open_tasks(const struct jail_cgroup *cg, int fds[JAIL_CGROUP_DIRS]);
+/* Writes "0" to each of the n fds and closes them all. 0 or -errno. */
+int jail_cgroup_join_self(int *fds, int n);
+/* Hands n (0..JAIL_CGROUP_DIRS) fds over a Unix socket in one message
+ * (SCM_RIGHTS), and receives them (close-on-exec). 0 / the count, or
+ * -errno (-EPIPE: the other side is gone; -EPROTO: not such a message). */
+int jail_cgroup_send_fds(int sock, const int *fds, int n);
+int jail_cgroup_recv_fds(int sock, int fds[JAIL_CGROUP_DIRS]);
 /* SIGKILLs every process still in cg (v2 cgroup.kill, v1 by listing procs). */
 void jail_cgroup_kill(const struct jail_cgroup *cg);
 /* True when the memory controller recorded an OOM kill in this run. */

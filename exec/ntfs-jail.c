@@ -596,12 +596,22 @@ int main(int argc, char **argv) {
         if (jail_cgroup_create(&cg, cgname, o.memory, o.pids, o.cpu, o.group ? &grp : NULL) < 0)
                 p0_failed("cgroup setup failed");
         trace("cgroup created");
-        int cr = jail_cgroup_attach(&cg, p1);
-        if (cr < 0) {
-                errno = -cr;
-                die_child("join cgroup");
+        /* v1: P1 moves itself (jail_cgroup_open_tasks says why), with the
+         * `tasks` files P0 opens and hands it; v2: P0 moves it. */
+        int cgfds[JAIL_CGROUP_DIRS];
+        int ncg = jail_cgroup_open_tasks(&cg, cgfds);
+        if (ncg <= 0) {
+                ncg = 0;
+                int cr = jail_cgroup_attach(&cg, p1);
+                if (cr < 0) {
+                        errno = -cr;
+                        die_child("join cgroup");
+                }
         }
-        trace("p1 moved into the cgroup");
+        (void)jail_cgroup_send_fds(np[0], cgfds, ncg); /* P1 gone: EPIPE, and its report says why */
+        for (int i = 0; i < ncg; i++)
+                close(cgfds[i]);
+        trace("p1 moved into the cgroup, or handed its tasks files");
         struct jbuf go = { 0 };
         export_filter(&go);
         trace("filter built");

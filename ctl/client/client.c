@@ -1,10 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 #include "ctl/client/client.h"
 
-#include <curl/curl.h>
 #include <errno.h>
+#include <http_parser.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,34 +17,31 @@
 
 #include "common/cleanup.h"
 #include "common/err.h"
+#include "common/util.h"
 #include "common/banned.h"
 
 struct ntfs_client {
-        CURL *curl;
+        int fd;            /* the kept-alive connection, or -1 */
         char *socket_path;
         unsigned timeout_ms;
         size_t max_response;
 };
 
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc;
-
-static void curl_init_once(void) {
-        curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
+/* Why not libcurl: the client only ever speaks HTTP/1.1 to ntfsd over a
+ * Unix socket, and linking libcurl (with its TLS, Kerberos, LDAP, ...
+ * libraries) cost every ntfs-ctl start ~15 ms of loading under load, more
+ * than the jailed command it asks for (docs/jail.md, "Speed"). The
+ * response is parsed by http-parser, as the server parses requests. */
 
 int ntfs_client_new(const char *socket_path, ntfs_client **ret) {
         if (!socket_path || !*socket_path)
                 return -EINVAL;
-        pthread_once(&curl_once, curl_init_once);
-        if (curl_init_rc != CURLE_OK)
-                return -ENOMEM;
         ntfs_client *c = calloc(1, sizeof *c);
         if (!c)
                 return -ENOMEM;
+        c->fd = -1;
         c->socket_path = strdup(socket_path);
-        c->curl = curl_easy_init();
-        if (!c->socket_path || !c->curl) {
+        if (!c->socket_path) {
                 ntfs_client_free(c);
                 return -ENOMEM;
         }
@@ -55,11 +51,16 @@ int ntfs_client_new(const char *socket_path, ntfs_client **ret) {
         return 0;
 }
 
+static void drop_connection(ntfs_client *c) {
+        if (c->fd >= 0)
+                close(c->fd);
+        c->fd = -1;
+}
+
 void ntfs_client_free(ntfs_client *c) {
         if (!c)
                 return;
-        if (c->curl)
-                curl_easy_cleanup(c->curl);
+        drop_connection(c);
         free(c->socket_path);
         free(c);
 }
@@ -85,39 +86,70 @@ struct sink {
         char *buf;
         size_t len, cap;
         int fd;        /* download: >= 0 */
-        bool to_fd;    /* decided at the first byte: 2xx and fd given */
-        bool decided;
+        bool to_fd;    /* decided at the head: 2xx and fd given */
+        bool head_only; /* HEAD: no body follows */
+        bool done;     /* the whole response is in */
         int err;
+        long status;
+        char field[16]; /* the header name being read (enough for Content-Type) */
+        size_t field_len;
+        bool in_value;
+        char ctype[128];
+        size_t ctype_len;
 };
 
-static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud) {
-        struct sink *s = ud;
-        size_t n = size * nmemb;
-        if (!s->decided) {
-                long status = 0;
-                curl_easy_getinfo(s->c->curl, CURLINFO_RESPONSE_CODE, &status);
-                s->to_fd = s->fd >= 0 && status >= 200 && status < 300;
-                s->decided = true;
+static int on_field(http_parser *p, const char *at, size_t n) {
+        struct sink *s = p->data;
+        if (s->in_value) {
+                s->field_len = 0;
+                s->in_value = false;
         }
+        size_t k = NTFS_MIN(n, sizeof s->field - s->field_len);
+        memcpy(s->field + s->field_len, at, k);
+        s->field_len += k;
+        return 0;
+}
+
+static int on_value(http_parser *p, const char *at, size_t n) {
+        struct sink *s = p->data;
+        s->in_value = true;
+        if (s->field_len != 12 || strncasecmp(s->field, "content-type", 12) != 0)
+                return 0;
+        size_t k = NTFS_MIN(n, sizeof s->ctype - 1 - s->ctype_len);
+        memcpy(s->ctype + s->ctype_len, at, k);
+        s->ctype_len += k;
+        s->ctype[s->ctype_len] = 0;
+        return 0;
+}
+
+static int on_headers(http_parser *p) {
+        struct sink *s = p->data;
+        s->status = p->status_code;
+        s->to_fd = s->fd >= 0 && s->status >= 200 && s->status < 300;
+        return s->head_only ? 1 : 0; /* 1: no body */
+}
+
+static int on_body(http_parser *p, const char *ptr, size_t n) {
+        struct sink *s = p->data;
         if (s->to_fd) {
-                const char *p = ptr;
+                const char *q = ptr;
                 size_t left = n;
                 while (left > 0) {
-                        ssize_t w = write(s->fd, p, left);
+                        ssize_t w = write(s->fd, q, left);
                         if (w < 0) {
                                 if (errno == EINTR)
                                         continue;
                                 s->err = -errno;
-                                return 0;
+                                return -1;
                         }
-                        p += w;
+                        q += w;
                         left -= (size_t)w;
                 }
-                return n;
+                return 0;
         }
         if (n > s->c->max_response - s->len) {
                 s->err = -E2BIG;
-                return 0;
+                return -1;
         }
         if (s->len + n + 1 > s->cap) {
                 size_t ncap = s->cap ? s->cap : 4096;
@@ -126,103 +158,171 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud) {
                 char *nb = realloc(s->buf, ncap);
                 if (!nb) {
                         s->err = -ENOMEM;
-                        return 0;
+                        return -1;
                 }
                 s->buf = nb;
                 s->cap = ncap;
         }
         memcpy(s->buf + s->len, ptr, n);
         s->len += n;
-        return n;
+        return 0;
 }
 
-static int map_curl(ntfs_client *c, CURLcode rc, const struct sink *s) {
-        long oserr = 0;
-        switch (rc) {
-        case CURLE_OK:
-                return 0;
-        case CURLE_COULDNT_CONNECT:
-                curl_easy_getinfo(c->curl, CURLINFO_OS_ERRNO, &oserr);
-                if (oserr == ENOENT || oserr == EACCES || oserr == ECONNREFUSED || oserr == ENOTDIR ||
-                    oserr == EAGAIN)
-                        return -(int)oserr;
+static int on_complete(http_parser *p) {
+        struct sink *s = p->data;
+        s->done = true;
+        http_parser_pause(p, 1); /* nothing past the response is ours */
+        return 0;
+}
+
+static int connect_socket(const char *path) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        if (strlen(path) >= sizeof sa.sun_path)
+                return -ENAMETOOLONG;
+        memcpy(sa.sun_path, path, strlen(path) + 1);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+                int e = errno;
+                close(fd);
+                if (e == ENOENT || e == EACCES || e == ECONNREFUSED || e == ENOTDIR || e == EAGAIN)
+                        return -e;
                 return -ECONNREFUSED;
-        case CURLE_OPERATION_TIMEDOUT:
-                return -NTFS_ETIMEOUT;
-        case CURLE_WRITE_ERROR:
-                return s->err < 0 ? s->err : -EIO;
-        case CURLE_OUT_OF_MEMORY:
-                return -ENOMEM;
-        case CURLE_WEIRD_SERVER_REPLY:
-        case CURLE_UNSUPPORTED_PROTOCOL:
-        case CURLE_BAD_CONTENT_ENCODING:
-                return -EPROTO;
-        default:
-                return -EIO;
         }
+        return fd;
+}
+
+/* Milliseconds left before deadline (0 = none: -1, poll's "forever"). */
+static int wait_ms(int64_t deadline) {
+        if (!deadline)
+                return -1;
+        int64_t left = deadline - ntfs_mono_ns() / 1000000;
+        return left <= 0 ? 0 : (int)NTFS_MIN(left, (int64_t)INT32_MAX);
+}
+
+enum { GOT_NOTHING = 1 }; /* perform_exchange: a kept connection closed before any byte */
+
+/* One request on c->fd and its response into s. Returns 0, GOT_NOTHING, or
+ * a negative error. */
+static int perform_exchange(ntfs_client *c, const char *head, size_t head_len, const void *body, size_t body_len,
+                            int64_t deadline, struct sink *s) {
+        /* Send head and body; stop early if the server answers first (a
+         * 413 for a body over its limit comes before the body is read). */
+        const char *parts[2] = { head, body };
+        size_t lens[2] = { head_len, body_len };
+        bool answered = false;
+        for (int i = 0; i < 2 && !answered; i++) {
+                const char *p = parts[i];
+                size_t left = lens[i];
+                while (left > 0) {
+                        struct pollfd pf = { .fd = c->fd, .events = POLLOUT | POLLIN };
+                        int pr = poll(&pf, 1, wait_ms(deadline));
+                        if (pr < 0 && errno == EINTR)
+                                continue;
+                        if (pr < 0)
+                                return -EIO;
+                        if (pr == 0)
+                                return -NTFS_ETIMEOUT;
+                        if (pf.revents & (POLLIN | POLLHUP | POLLERR)) {
+                                answered = true;
+                                break;
+                        }
+                        ssize_t w = send(c->fd, p, left, MSG_NOSIGNAL | MSG_DONTWAIT);
+                        if (w < 0 && (errno == EINTR || errno == EAGAIN))
+                                continue;
+                        if (w < 0) {
+                                answered = true; /* EPIPE, ECONNRESET: read what the server said */
+                                break;
+                        }
+                        p += w;
+                        left -= (size_t)w;
+                }
+        }
+        http_parser parser;
+        http_parser_init(&parser, HTTP_RESPONSE);
+        parser.data = s;
+        http_parser_settings st = { .on_header_field = on_field, .on_header_value = on_value,
+                                    .on_headers_complete = on_headers, .on_body = on_body,
+                                    .on_message_complete = on_complete };
+        size_t got = 0, cap = 64 * 1024;
+        _cleanup_free_ char *buf = malloc(cap);
+        if (!buf)
+                return -ENOMEM;
+        while (!s->done) {
+                struct pollfd pf = { .fd = c->fd, .events = POLLIN };
+                int pr = poll(&pf, 1, wait_ms(deadline));
+                if (pr < 0 && errno == EINTR)
+                        continue;
+                if (pr < 0)
+                        return -EIO;
+                if (pr == 0)
+                        return -NTFS_ETIMEOUT;
+                ssize_t n = recv(c->fd, buf, cap, 0);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && got == 0)
+                        return GOT_NOTHING; /* ECONNRESET on a stale connection */
+                if (n < 0)
+                        return -EIO;
+                if (n == 0 && got == 0)
+                        return GOT_NOTHING;
+                got += (size_t)n;
+                (void)http_parser_execute(&parser, &st, buf, (size_t)n);
+                if (s->err < 0)
+                        return s->err;
+                if (HTTP_PARSER_ERRNO(&parser) != HPE_OK && HTTP_PARSER_ERRNO(&parser) != HPE_PAUSED)
+                        return -EPROTO;
+                if (n == 0 && !s->done)
+                        return -EPROTO; /* closed mid-response */
+        }
+        /* An answer that came before the whole request was sent leaves the
+         * rest unsent: the connection cannot carry another request. */
+        if (answered || !http_should_keep_alive(&parser))
+                drop_connection(c);
+        return 0;
 }
 
 static int perform_once(ntfs_client *c, const char *method, const char *path, const char *content_type,
                         const void *body, size_t body_len, bool has_body, int fd, struct ntfs_client_response *ret) {
-        if (!method || !path || path[0] != '/' || strpbrk(path, " \r\n"))
+        if (!method || !path || path[0] != '/' || strpbrk(path, " \r\n") || strpbrk(method, " \r\n") ||
+            (content_type && strpbrk(content_type, "\r\n")))
                 return -EINVAL;
-        _cleanup_free_ char *url = NULL;
-        if (asprintf(&url, "http://localhost%s", path) < 0)
+        _cleanup_free_ char *head = NULL;
+        int hl;
+        if (has_body)
+                hl = asprintf(&head, "%s %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: %.128s\r\n"
+                              "Content-Length: %zu\r\n\r\n", method, path,
+                              content_type ? content_type : "application/json", body_len);
+        else
+                hl = asprintf(&head, "%s %s HTTP/1.1\r\nHost: localhost\r\n\r\n", method, path);
+        if (hl < 0)
                 return -ENOMEM;
-        CURL *h = c->curl;
-        curl_easy_reset(h);
-        struct sink s = { .c = c, .fd = fd };
-        struct curl_slist *hdrs = NULL, *tmp;
-        char ct[160];
-        int r = 0;
-
-        tmp = curl_slist_append(hdrs, "Expect:"); /* never wait for 100-continue */
-        if (!tmp)
-                return -ENOMEM;
-        hdrs = tmp;
-        if (has_body) {
-                snprintf(ct, sizeof ct, "Content-Type: %s", content_type ? content_type : "application/json");
-                tmp = curl_slist_append(hdrs, ct);
-                if (!tmp) {
-                        curl_slist_free_all(hdrs);
-                        return -ENOMEM;
+        int64_t deadline = c->timeout_ms ? ntfs_mono_ns() / 1000000 + c->timeout_ms : 0;
+        struct sink s;
+        int r;
+        for (int attempt = 0;; attempt++) {
+                bool kept = c->fd >= 0;
+                if (!kept) {
+                        int cfd = connect_socket(c->socket_path);
+                        if (cfd < 0)
+                                return cfd;
+                        c->fd = cfd;
                 }
-                hdrs = tmp;
-        }
-        if (curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, c->socket_path) != CURLE_OK ||
-            curl_easy_setopt(h, CURLOPT_URL, url) != CURLE_OK) {
-                curl_slist_free_all(hdrs);
-                return -ENOMEM;
-        }
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)c->timeout_ms);
-        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, c->timeout_ms ? (long)c->timeout_ms : 0L);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
-        /* big reads: a streamed response (archive export) arrives in far
-         * fewer wake-ups than with curl's 16 KiB default */
-        curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
-        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
-        if (strcmp(method, "HEAD") == 0)
-                curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-        if (has_body) {
-                curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
-                curl_easy_setopt(h, CURLOPT_POSTFIELDS, body_len ? body : "");
-        }
-        CURLcode rc = curl_easy_perform(h);
-        curl_slist_free_all(hdrs);
-        r = map_curl(c, rc, &s);
-        if (r < 0) {
+                s = (struct sink){ .c = c, .fd = fd, .head_only = strcmp(method, "HEAD") == 0 };
+                r = perform_exchange(c, head, (size_t)hl, has_body ? body : NULL, has_body ? body_len : 0,
+                                     deadline, &s);
+                if (r == 0)
+                        break;
+                drop_connection(c);
                 free(s.buf);
-                return r;
+                if (r == GOT_NOTHING && kept && attempt == 0)
+                        continue; /* the server had closed the idle connection: a new one */
+                return r == GOT_NOTHING ? -EIO : r;
         }
         memset(ret, 0, sizeof *ret);
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &ret->status);
-        char *rct = NULL;
-        if (curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &rct) == CURLE_OK && rct)
-                snprintf(ret->content_type, sizeof ret->content_type, "%s", rct);
+        ret->status = s.status;
+        snprintf(ret->content_type, sizeof ret->content_type, "%s", s.ctype);
         if (!s.buf) {
                 s.buf = strdup("");
                 if (!s.buf)
@@ -410,7 +510,7 @@ const char *ntfs_client_default_socket(char *buf, size_t len) {
         return "./.store/ntfsd.sock";
 }
 
-/* ---- protocol upgrade (a raw connection, not libcurl's) ---------------------------------- */
+/* ---- protocol upgrade (a connection of its own, not the kept one) ---------------------------------- */
 
 static int upgrade_connect(const char *path) {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT
- * client.h — a small client of ntfsd's control socket (libcurl over
- * CURLOPT_UNIX_SOCKET_PATH), for ntfs-ctl, ntfs-agent and ntfs-mcp.
+ * client.h — a small client of ntfsd's control socket (HTTP/1.1 over the
+ * Unix socket, responses parsed by http-parser; no libcurl: its libraries
+ * cost every short-lived ntfs-ctl more than the call), for ntfs-ctl,
+ * ntfs-agent and ntfs-mcp.
  *
  *   ntfs_client *c;
  *   ntfs_client_new("/run/ntfs/ntfsd.sock", &c);
@@ -11,9 +13,9 @@
  *   ntfs_client_response_release(&res);
  *
  * Lifecycle: one ntfs_client per thread (it is not thread-safe); it keeps the
- * connection alive between requests. ntfs_client_free() accepts NULL.
- * libcurl's global init happens on first use (curl_global_init is called
- * once, thread-safely).
+ * connection alive between requests (one the server closed while idle is
+ * replaced, and the request sent again, only when not a byte of an answer
+ * came on it). ntfs_client_free() accepts NULL. No global state.
  */
 #ifndef NTFS_CTL_CLIENT_CLIENT_H
 #define NTFS_CTL_CLIENT_CLIENT_H

@@ -1142,3 +1142,15 @@ def test_conversation_shows_an_agent_sessions_messages(daemon):
     assert j["messages"] == messages and j["step"] == 2
     r = daemon.ctl("conversation", "nosuch")
     assert r.returncode == 1 and "(session_not_found)" in r.stderr
+
+
+def test_ntfs_ctl_loads_no_tls_stack_at_start():
+    """ntfs-ctl starts once per command, so what it loads counts (docs/jail.md,
+    "Speed"): its client speaks HTTP/1.1 over the socket itself, and it
+    never hashes, so neither libcurl (34 libraries with TLS, Kerberos, LDAP)
+    nor libcrypto is loaded."""
+    out = subprocess.run(["ldd", ctl_bin()], capture_output=True, text=True, timeout=60, check=True).stdout
+    loaded = [line.split()[0] for line in out.splitlines() if line.strip()]
+    for lib in ("libcurl", "libcrypto", "libssl", "libgnutls", "libkrb5"):
+        assert not any(name.startswith(lib) for name in loaded), (lib, loaded)
+

@@ -174,6 +174,31 @@ TEST(download) {
         ntfs_client_free(c);
 }
 
+/* The kept connection closed by the server while idle (its keep-alive
+ * timeout, a restart): the client connects again and sends the request
+ * again, since not a byte of an answer came on the old one. */
+TEST(reconnects_after_the_server_closed_an_idle_connection) {
+        ntfs_client *c;
+        ASSERT_OK(ntfs_client_new(sock_path, &c));
+        struct ntfs_client_response res = { 0 };
+        ASSERT_OK(ntfs_client_request(c, "GET", "/v1/text", NULL, &res));
+        ASSERT_EQ(res.status, 200);
+        ntfs_client_response_release(&res);
+        ntfs_http_server_stop(srv); /* shuts every connection down */
+        ntfs_http_server_free(srv);
+        srv = NULL;
+        struct ntfs_http_config cfg = { .socket_path = sock_path, .router = router };
+        ASSERT_OK(ntfs_http_server_new(&cfg, NULL, NULL, &srv));
+        ASSERT_OK(ntfs_http_server_start(srv));
+        for (int i = 0; i < 2; i++) {
+                ASSERT_OK(ntfs_client_request(c, "GET", "/v1/text", NULL, &res));
+                ASSERT_EQ(res.status, 200);
+                ASSERT_STREQ(res.body, "hello\n");
+                ntfs_client_response_release(&res);
+        }
+        ntfs_client_free(c);
+}
+
 TEST(escape) {
         char buf[32];
         ASSERT_EQ(ntfs_client_escape("a b/c", buf, sizeof buf), 9);
@@ -198,6 +223,7 @@ int main(void) {
         if (ntfs_http_server_new(&cfg, NULL, NULL, &srv) < 0 || ntfs_http_server_start(srv) < 0)
                 return 1;
         RUN(request_json);
+        RUN(reconnects_after_the_server_closed_an_idle_connection);
         RUN(errors);
         RUN(transport_errors);
         RUN(download);
