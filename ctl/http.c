@@ -997,8 +997,7 @@ struct ntfs_http_server {
 int ntfs_http_server_new(const struct ntfs_http_config *cfg, ntfs_http_handler handler, void *userdata,
                          ntfs_http_server **ret) {
         _cleanup_close_ int given_fd = cfg && cfg->has_tcp_fd ? cfg->tcp_fd : -1;
-        if (!cfg || (cfg->has_tcp_fd ? cfg->tcp_fd < 0 || cfg->tcp_listen
-                                     : !cfg->socket_path || !*cfg->socket_path) ||
+        if (!cfg || (cfg->has_tcp_fd ? given_fd < 0 || cfg->tcp_listen : !cfg->socket_path) ||
             (cfg->socket_path && !*cfg->socket_path) || (!handler && !cfg->router) || (handler && cfg->router))
                 return -EINVAL;
         struct sockaddr_un sa;
@@ -1390,21 +1389,20 @@ static int listen_tcp(ntfs_http_server *s) {
         return 0;
 }
 
-/* Starts the accepting thread once the listeners and the wake pipe are
- * there; on failure closes them all (the caller removes the socket file). */
+static void close_reset(int *fd) {
+        ntfs_closep(fd);
+        *fd = -1;
+}
+
+/* Starts the accept thread; on failure closes the listeners and the wake pipe. */
 static int start_acceptor(ntfs_http_server *s) {
         atomic_store(&s->stopping, false);
         int r = pthread_create(&s->accept_thread, NULL, accept_thread, s);
         if (r != 0) {
-                if (s->listen_fd >= 0)
-                        close(s->listen_fd);
-                s->listen_fd = -1;
-                if (s->tcp_fd >= 0)
-                        close(s->tcp_fd);
-                s->tcp_fd = -1;
-                close(s->wake[0]);
-                close(s->wake[1]);
-                s->wake[0] = s->wake[1] = -1;
+                close_reset(&s->listen_fd);
+                close_reset(&s->tcp_fd);
+                close_reset(&s->wake[0]);
+                close_reset(&s->wake[1]);
                 return -r;
         }
         s->started = true;
@@ -1448,9 +1446,8 @@ int ntfs_http_server_start(ntfs_http_server *s) {
                 return r;
         }
         if (s->cfg.tcp_listen && (r = listen_tcp(s)) < 0) {
-                close(s->wake[0]);
-                close(s->wake[1]);
-                s->wake[0] = s->wake[1] = -1;
+                close_reset(&s->wake[0]);
+                close_reset(&s->wake[1]);
                 unlink(s->path);
                 return r;
         }
@@ -1467,12 +1464,8 @@ void ntfs_http_server_stop(ntfs_http_server *s) {
         atomic_store(&s->stopping, true);
         wake_acceptor(s);
         pthread_join(s->accept_thread, NULL);
-        if (s->listen_fd >= 0)
-                close(s->listen_fd);
-        s->listen_fd = -1;
-        if (s->tcp_fd >= 0)
-                close(s->tcp_fd);
-        s->tcp_fd = -1;
+        close_reset(&s->listen_fd);
+        close_reset(&s->tcp_fd);
         /* remove our socket file (not a successor's) */
         struct stat st;
         if (s->path && lstat(s->path, &st) == 0 && st.st_dev == s->dev && st.st_ino == s->ino)
@@ -1483,9 +1476,8 @@ void ntfs_http_server_stop(ntfs_http_server *s) {
                         (void)shutdown(rec->fd, SHUT_RDWR);
         pthread_mutex_unlock(&s->lock);
         reap(s, true);
-        close(s->wake[0]);
-        close(s->wake[1]);
-        s->wake[0] = s->wake[1] = -1;
+        close_reset(&s->wake[0]);
+        close_reset(&s->wake[1]);
         s->started = false;
 }
 
@@ -1493,8 +1485,7 @@ void ntfs_http_server_free(ntfs_http_server *s) {
         if (!s)
                 return;
         ntfs_http_server_stop(s);
-        if (s->tcp_fd >= 0) /* handed over, never started */
-                close(s->tcp_fd);
+        close_reset(&s->tcp_fd); /* handed over, never started */
         pthread_mutex_destroy(&s->lock);
         free(s->path);
         free((char *)s->cfg.tcp_listen);
