@@ -40,7 +40,7 @@ async function main() {
     const dialogs = [];
     page.on('dialog', async (d) => {
       dialogs.push(d.type() + ': ' + d.message());
-      if (d.type() === 'prompt') await d.accept('from-web');
+      if (d.type() === 'prompt') await d.accept(d.message().startsWith('Tag') ? 'from-web' : 'forked-web');
       else await d.accept();
     });
     const shot = (name) => page.screenshot({ path: path.join(shots, name), fullPage: true });
@@ -113,9 +113,23 @@ async function main() {
       const r = document.querySelector(`#history tr.commit[data-commit="${s}"]`);
       return r && r.innerText.includes('from-web');
     }, { timeout: 15000 }, short);
+    // 8. fork there with the button: the new session is drawn at that commit
+    await page.click(`#history tr.commit[data-commit="${short}"] .fork-btn`);
+    await page.waitForFunction((s) => {
+      const r = document.querySelector(`#history tr.commit[data-commit="${s}"]`);
+      return r && r.innerText.includes('fork: forked-web');
+    }, { timeout: 15000 }, short);
+    // 9. roll back to the checkpoint before with the button (confirmed)
+    const before = out.history_after[1];
+    await page.click(`#history tr.commit[data-commit="${before}"] .rollback-btn`);
+    await page.waitForFunction((s) => {
+      const r = document.querySelector(`#history tr.commit[data-commit="${s}"]`);
+      return r && r.innerText.includes('HEAD');
+    }, { timeout: 15000 }, before);
+    out.rolled_back_to = before;
     out.dialogs = dialogs;
 
-    // 8. without the token (a fresh profile: no cookie) the server refuses
+    // 10. without the token (a fresh profile: no cookie) the server refuses
     const ctx = await browser.createBrowserContext();
     const p2 = await ctx.newPage();
     const origin = new URL(url).origin;
