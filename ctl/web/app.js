@@ -199,9 +199,16 @@ async function act(what, fn) {
   catch (e) { showError(what + ': ' + e.message); }
 }
 
+// The history shows the newest HISTORY_PAGE checkpoints (and polls only
+// those); "show older" asks for more.
+const HISTORY_PAGE = 200;
+let historyMax = { name: null, max: HISTORY_PAGE };
+
 async function viewHistory(name) {
+  if (historyMax.name !== name) historyMax = { name, max: HISTORY_PAGE };
+  const max = historyMax.max;
   const [log, sessions, info] = await Promise.all([
-    api('sessions/' + enc(name) + '/log?max=500'), api('sessions'), api('sessions/' + enc(name))]);
+    api('sessions/' + enc(name) + '/log?max=' + max), api('sessions'), api('sessions/' + enc(name))]);
   crumbs([['sessions', '#/'], [name]]);
   const key = JSON.stringify([log, sessions, info.head, info.dirty]);
   if (key === lastShown) return;
@@ -213,10 +220,19 @@ async function viewHistory(name) {
   const sel = { from: null, to: null };
   const diffBtn = h('button', { id: 'diff-btn', disabled: true, onclick: () => {
     location.hash = '#/s/' + enc(name) + '/diff/' + sel.from + '/' + sel.to; } }, 'diff selected');
-  const pick = (which, c) => { sel[which] = c; diffBtn.disabled = !(sel.from && sel.to); };
+  // Radio buttons without a name (a named group of thousands costs the
+  // browser quadratic time to build): one checked per column by hand.
+  const picked = { from: null, to: null };
+  const pick = (which, c, input) => {
+    if (picked[which] && picked[which] !== input) picked[which].checked = false;
+    picked[which] = input;
+    sel[which] = c;
+    diffBtn.disabled = !(sel.from && sel.to);
+  };
   $main.replaceChildren(
-    h('h2', {}, 'History of ', name, ' ', h('span', { class: 'muted' }, '(', log.commits.length, ' checkpoints, newest first',
-      info.dirty ? '; working state changed since head' : '', ')')),
+    h('h2', {}, 'History of ', name, ' ', h('span', { class: 'muted' }, '(',
+      log.commits.length < max ? log.commits.length + ' checkpoints' : 'the newest ' + max + ' checkpoints',
+      ', newest first', info.dirty ? '; working state changed since head' : '', ')')),
     h('p', {}, h('a', { href: '#/s/' + enc(name) + '/effects', id: 'effects-link' }, 'effect journal'), ' · ',
       'pick a "from" and a "to" to compare: ', diffBtn),
     h('table', { id: 'history' },
@@ -230,8 +246,8 @@ async function viewHistory(name) {
           (c.tags || []).map((t) => h('span', { class: 'tag' }, t)),
           (forksAt.get(c.commit) || []).map((f) => h('a', { class: 'tag fork', href: '#/s/' + enc(f) }, 'fork: ' + f))),
         h('td', {}, when(c.time)),
-        h('td', {}, h('input', { type: 'radio', name: 'from', value: c.short, onchange: () => pick('from', c.short) })),
-        h('td', {}, h('input', { type: 'radio', name: 'to', value: c.short, onchange: () => pick('to', c.short) })),
+        h('td', {}, h('input', { type: 'radio', class: 'pick-from', value: c.short, onchange: (e) => pick('from', c.short, e.target) })),
+        h('td', {}, h('input', { type: 'radio', class: 'pick-to', value: c.short, onchange: (e) => pick('to', c.short, e.target) })),
         h('td', {},
           h('button', { class: 'tag-btn', onclick: () => {
             const t = prompt('Tag ' + c.short + ' as:');
@@ -246,7 +262,9 @@ async function viewHistory(name) {
           h('button', { class: 'rollback-btn', onclick: () => {
             if (confirm('Roll ' + name + ' back to ' + c.short + '? The working state is reset to it.'))
               act('rollback', () => post('sessions/' + enc(name) + '/rollback', { to: c.commit }));
-          } }, 'rollback'))))));
+          } }, 'rollback'))))),
+    log.commits.length < max ? null : h('p', {}, h('button', { id: 'older-btn', onclick: () => {
+      historyMax.max = max * 5; lastShown = ''; refresh(); } }, 'show older checkpoints')));
 }
 
 async function viewTree(name, commit, path) {

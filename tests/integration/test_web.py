@@ -239,6 +239,7 @@ def test_browser(daemon, web, scratch, tmp_path):
     finally:
         daemon.ok("umount", mp)
 
+    print(f"the new checkpoint was drawn {res['new_checkpoint_ms']} ms after the checkpoint returned")
     assert res["first_status"] == 200
     assert res["sessions"] == ["main"]
     assert "token=" not in res["address_bar"]  # taken out of the address bar
@@ -267,3 +268,15 @@ def test_browser(daemon, web, scratch, tmp_path):
     keep = os.environ.get("NTFS_WEB_SCREENSHOT")  # docs/web.png is refreshed with this
     if keep:
         shutil.copy(shots / "history.png", keep)
+
+
+def test_bench_web_smoke(tmp_path):
+    """tools/bench-web.py on a short history: both figures printed, every
+    row drawn, nothing left behind."""
+    from conftest import BUILD
+    r = subprocess.run([os.path.join(ROOT, "tools", "bench-web.py"), "--build", BUILD, "--checkpoints", "250",
+                        "--rounds", "1", "--dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"history of 250 checkpoints, first rows drawn: median \d+ ms", r.stdout), r.stdout
+    assert re.search(r"all 250 rows drawn \d+ ms", r.stdout), r.stdout
+    assert os.listdir(tmp_path) == []

@@ -87,8 +87,8 @@ async function main() {
     await page.goto(new URL('/#/s/' + encodeURIComponent(session), url).href);
     await page.waitForSelector('#history tr.commit', { timeout: 15000 });
     const oldest = out.history_after[out.history_after.length - 1];
-    await page.click(`#history tr.commit[data-commit="${oldest}"] input[name="from"]`);
-    await page.click(`#history tr.commit[data-commit="${short}"] input[name="to"]`);
+    await page.click(`#history tr.commit[data-commit="${oldest}"] input.pick-from`);
+    await page.click(`#history tr.commit[data-commit="${short}"] input.pick-to`);
     await page.click('#diff-btn');
     await page.waitForSelector('#diff tr[data-path]', { timeout: 15000 });
     out.diff = await page.$$eval('#diff tr[data-path]', (rs) => rs.map((r) => [r.dataset.path, r.cells[0].textContent]));
