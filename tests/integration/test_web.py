@@ -39,7 +39,7 @@ def png(width, height):
             chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 
 
-PNG = png(2, 1)
+PNG = png(120, 40)
 
 
 class Web:
@@ -249,7 +249,7 @@ def test_browser(daemon, web, scratch, tmp_path):
     assert res["history_after"][0] == short and res["new_checkpoint_ms"] < 10000
     assert res["files"] == ["notes.txt", "pic.png"]
     assert res["file_text"] == "line one\nline 2\nline three\n"
-    assert res["image_width"] == 2
+    assert res["image_width"] == 120
     assert sorted(res["diff"]) == [["notes.txt", "added"], ["pic.png", "added"]]
     assert "+ line 2" in res["diff_added_lines"] and "+ line three" in res["diff_added_lines"]
     assert any("bash" in e or "exec" in e for e in res["effects"]), res["effects"]
