@@ -158,6 +158,10 @@ function lineDiff(a, b) {
 // ---- views -------------------------------------------------------------------
 let current = null; // { key, refresh() }
 let lastShown = '';
+let scrollHook = null; // the history's drawing of the rows in view
+const ROW_H = 34;      // a history row's height (app.css)
+window.addEventListener('scroll', () => { if (scrollHook) scrollHook(); }, { passive: true });
+window.addEventListener('resize', () => { if (scrollHook) scrollHook(); });
 
 function crumbs(parts) {
   const c = document.getElementById('crumbs');
@@ -220,24 +224,14 @@ async function viewHistory(name) {
   const sel = { from: null, to: null };
   const diffBtn = h('button', { id: 'diff-btn', disabled: true, onclick: () => {
     location.hash = '#/s/' + enc(name) + '/diff/' + sel.from + '/' + sel.to; } }, 'diff selected');
-  // Radio buttons without a name (a named group of thousands costs the
-  // browser quadratic time to build): one checked per column by hand.
-  const picked = { from: null, to: null };
+  // Radio buttons without a name (rows come and go as the page scrolls):
+  // one checked per column by hand.
   const pick = (which, c, input) => {
-    if (picked[which] && picked[which] !== input) picked[which].checked = false;
-    picked[which] = input;
+    for (const x of body.querySelectorAll('input.pick-' + which)) if (x !== input) x.checked = false;
     sel[which] = c;
     diffBtn.disabled = !(sel.from && sel.to);
   };
-  $main.replaceChildren(
-    h('h2', {}, 'History of ', name, ' ', h('span', { class: 'muted' }, '(',
-      log.commits.length < max ? log.commits.length + ' checkpoints' : 'the newest ' + max + ' checkpoints',
-      ', newest first', info.dirty ? '; working state changed since head' : '', ')')),
-    h('p', {}, h('a', { href: '#/s/' + enc(name) + '/effects', id: 'effects-link' }, 'effect journal'), ' · ',
-      'pick a "from" and a "to" to compare: ', diffBtn),
-    h('table', { id: 'history' },
-      h('tr', {}, ['', 'commit', 'message', 'refs', 'time', 'from', 'to', 'actions'].map((x) => h('th', {}, x))),
-      log.commits.map((c) => h('tr', { class: 'commit', 'data-commit': c.short },
+  const row = (c, i) => h('tr', { class: 'commit', 'data-commit': c.short, 'data-index': i },
         h('td', { class: 'graph' }, h('span', { class: 'node' + (c.parents.length > 1 ? ' merge' : ''), title: c.commit })),
         h('td', { class: 'mono' }, h('a', { href: '#/s/' + enc(name) + '/c/' + c.commit, class: 'commit-link' }, c.short)),
         h('td', {}, c.message || h('span', { class: 'muted' }, '(no message)')),
@@ -246,8 +240,8 @@ async function viewHistory(name) {
           (c.tags || []).map((t) => h('span', { class: 'tag' }, t)),
           (forksAt.get(c.commit) || []).map((f) => h('a', { class: 'tag fork', href: '#/s/' + enc(f) }, 'fork: ' + f))),
         h('td', {}, when(c.time)),
-        h('td', {}, h('input', { type: 'radio', class: 'pick-from', value: c.short, onchange: (e) => pick('from', c.short, e.target) })),
-        h('td', {}, h('input', { type: 'radio', class: 'pick-to', value: c.short, onchange: (e) => pick('to', c.short, e.target) })),
+        h('td', {}, h('input', { type: 'radio', class: 'pick-from', value: c.short, checked: sel.from === c.short, onchange: (e) => pick('from', c.short, e.target) })),
+        h('td', {}, h('input', { type: 'radio', class: 'pick-to', value: c.short, checked: sel.to === c.short, onchange: (e) => pick('to', c.short, e.target) })),
         h('td', {},
           h('button', { class: 'tag-btn', onclick: () => {
             const t = prompt('Tag ' + c.short + ' as:');
@@ -262,9 +256,35 @@ async function viewHistory(name) {
           h('button', { class: 'rollback-btn', onclick: () => {
             if (confirm('Roll ' + name + ' back to ' + c.short + '? The working state is reset to it.'))
               act('rollback', () => post('sessions/' + enc(name) + '/rollback', { to: c.commit }));
-          } }, 'rollback'))))),
-    log.commits.length < max ? null : h('p', {}, h('button', { id: 'older-btn', onclick: () => {
+          } }, 'rollback')));
+  // Only the rows in view (and a margin) are in the document: a table of
+  // thousands of rows takes the browser seconds to lay out.
+  const body = h('tbody', {});
+  const spacer = () => h('tr', { class: 'spacer' }, h('td', { colspan: 8 }));
+  let lo = -1, hi = -1;
+  scrollHook = () => {
+    const top = body.getBoundingClientRect().top;
+    const first = Math.max(0, Math.floor(-top / ROW_H) - 40);
+    const last = Math.min(log.commits.length, first + Math.ceil(window.innerHeight / ROW_H) + 80);
+    if (first === lo && last === hi) return;
+    lo = first; hi = last;
+    const above = spacer(), below = spacer();
+    above.style.height = first * ROW_H + 'px';
+    below.style.height = (log.commits.length - last) * ROW_H + 'px';
+    body.replaceChildren(above, ...log.commits.slice(first, last).map((c, k) => row(c, first + k)), below);
+  };
+  $main.replaceChildren(
+    h('h2', {}, 'History of ', name, ' ', h('span', { class: 'muted' }, '(',
+      log.commits.length < max ? log.commits.length + ' checkpoints' : 'the newest ' + max + ' checkpoints',
+      ', newest first', info.dirty ? '; working state changed since head' : '', ')')),
+    h('p', {}, h('a', { href: '#/s/' + enc(name) + '/effects', id: 'effects-link' }, 'effect journal'), ' · ',
+      'pick a "from" and a "to" to compare: ', diffBtn),
+    h('table', { id: 'history', 'data-rows': log.commits.length },
+      h('thead', {}, h('tr', {}, ['', 'commit', 'message', 'refs', 'time', 'from', 'to', 'actions'].map((x) => h('th', {}, x)))),
+      body),
+    log.commits.length < max ? '' : h('p', {}, h('button', { id: 'older-btn', onclick: () => {
       historyMax.max = max * 5; lastShown = ''; refresh(); } }, 'show older checkpoints')));
+  scrollHook();
 }
 
 async function viewTree(name, commit, path) {
@@ -379,7 +399,7 @@ async function refresh() {
   finally { busy = false; }
   if (again) { again = false; refresh(); }
 }
-function navigate() { lastShown = ''; current = route(); showError(''); refresh(); }
+function navigate() { lastShown = ''; scrollHook = null; current = route(); showError(''); refresh(); }
 window.addEventListener('hashchange', navigate);
 navigate();
 setInterval(refresh, POLL_MS);
