@@ -996,19 +996,20 @@ struct ntfs_http_server {
 
 int ntfs_http_server_new(const struct ntfs_http_config *cfg, ntfs_http_handler handler, void *userdata,
                          ntfs_http_server **ret) {
-        if (!cfg || !cfg->socket_path || !*cfg->socket_path || (!handler && !cfg->router) ||
-            (handler && cfg->router))
+        _cleanup_close_ int given_fd = cfg && cfg->has_tcp_fd ? cfg->tcp_fd : -1;
+        if (!cfg || (cfg->has_tcp_fd ? given_fd < 0 || cfg->tcp_listen : !cfg->socket_path) ||
+            (cfg->socket_path && !*cfg->socket_path) || (!handler && !cfg->router) || (handler && cfg->router))
                 return -EINVAL;
         struct sockaddr_un sa;
-        if (strlen(cfg->socket_path) >= sizeof sa.sun_path)
+        if (cfg->socket_path && strlen(cfg->socket_path) >= sizeof sa.sun_path)
                 return -ENAMETOOLONG;
         ntfs_http_server *s = calloc(1, sizeof *s);
         if (!s)
                 return -ENOMEM;
         s->cfg = *cfg;
         config_defaults(&s->cfg);
-        s->path = strdup(cfg->socket_path);
-        if (!s->path) {
+        s->path = cfg->socket_path ? strdup(cfg->socket_path) : NULL;
+        if (cfg->socket_path && !s->path) {
                 free(s);
                 return -ENOMEM;
         }
@@ -1026,7 +1027,7 @@ int ntfs_http_server_new(const struct ntfs_http_config *cfg, ntfs_http_handler h
         s->handler = handler;
         s->userdata = userdata;
         s->listen_fd = -1;
-        s->tcp_fd = -1;
+        s->tcp_fd = TAKE_FD(given_fd);
         s->wake[0] = s->wake[1] = -1;
         pthread_mutex_init(&s->lock, NULL);
         *ret = s;
@@ -1388,9 +1389,34 @@ static int listen_tcp(ntfs_http_server *s) {
         return 0;
 }
 
+static void close_reset(int *fd) {
+        ntfs_closep(fd);
+        *fd = -1;
+}
+
+/* Starts the accept thread; on failure closes the listeners and the wake pipe. */
+static int start_acceptor(ntfs_http_server *s) {
+        atomic_store(&s->stopping, false);
+        int r = pthread_create(&s->accept_thread, NULL, accept_thread, s);
+        if (r != 0) {
+                close_reset(&s->listen_fd);
+                close_reset(&s->tcp_fd);
+                close_reset(&s->wake[0]);
+                close_reset(&s->wake[1]);
+                return -r;
+        }
+        s->started = true;
+        return 0;
+}
+
 int ntfs_http_server_start(ntfs_http_server *s) {
         if (s->started)
                 return -EALREADY;
+        if (!s->path) { /* TCP only, on the socket handed over */
+                if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) < 0)
+                        return -errno;
+                return start_acceptor(s);
+        }
         int r = clear_stale(s->path);
         if (r < 0)
                 return r;
@@ -1420,29 +1446,16 @@ int ntfs_http_server_start(ntfs_http_server *s) {
                 return r;
         }
         if (s->cfg.tcp_listen && (r = listen_tcp(s)) < 0) {
-                close(s->wake[0]);
-                close(s->wake[1]);
-                s->wake[0] = s->wake[1] = -1;
+                close_reset(&s->wake[0]);
+                close_reset(&s->wake[1]);
                 unlink(s->path);
                 return r;
         }
         s->listen_fd = TAKE_FD(fd);
-        atomic_store(&s->stopping, false);
-        r = pthread_create(&s->accept_thread, NULL, accept_thread, s);
-        if (r != 0) {
-                close(s->listen_fd);
-                s->listen_fd = -1;
-                if (s->tcp_fd >= 0)
-                        close(s->tcp_fd);
-                s->tcp_fd = -1;
-                close(s->wake[0]);
-                close(s->wake[1]);
-                s->wake[0] = s->wake[1] = -1;
+        r = start_acceptor(s);
+        if (r < 0)
                 unlink(s->path);
-                return -r;
-        }
-        s->started = true;
-        return 0;
+        return r;
 }
 
 void ntfs_http_server_stop(ntfs_http_server *s) {
@@ -1451,14 +1464,11 @@ void ntfs_http_server_stop(ntfs_http_server *s) {
         atomic_store(&s->stopping, true);
         wake_acceptor(s);
         pthread_join(s->accept_thread, NULL);
-        close(s->listen_fd);
-        s->listen_fd = -1;
-        if (s->tcp_fd >= 0)
-                close(s->tcp_fd);
-        s->tcp_fd = -1;
+        close_reset(&s->listen_fd);
+        close_reset(&s->tcp_fd);
         /* remove our socket file (not a successor's) */
         struct stat st;
-        if (lstat(s->path, &st) == 0 && st.st_dev == s->dev && st.st_ino == s->ino)
+        if (s->path && lstat(s->path, &st) == 0 && st.st_dev == s->dev && st.st_ino == s->ino)
                 unlink(s->path);
         pthread_mutex_lock(&s->lock);
         for (struct conn_rec *rec = s->conns; rec; rec = rec->next)
@@ -1466,9 +1476,8 @@ void ntfs_http_server_stop(ntfs_http_server *s) {
                         (void)shutdown(rec->fd, SHUT_RDWR);
         pthread_mutex_unlock(&s->lock);
         reap(s, true);
-        close(s->wake[0]);
-        close(s->wake[1]);
-        s->wake[0] = s->wake[1] = -1;
+        close_reset(&s->wake[0]);
+        close_reset(&s->wake[1]);
         s->started = false;
 }
 
@@ -1476,6 +1485,7 @@ void ntfs_http_server_free(ntfs_http_server *s) {
         if (!s)
                 return;
         ntfs_http_server_stop(s);
+        close_reset(&s->tcp_fd); /* handed over, never started */
         pthread_mutex_destroy(&s->lock);
         free(s->path);
         free((char *)s->cfg.tcp_listen);

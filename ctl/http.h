@@ -68,7 +68,7 @@ typedef struct ntfs_router ntfs_router;
 typedef int (*ntfs_http_handler)(void *userdata, const ntfs_http_request *req, ntfs_http_response *resp);
 
 struct ntfs_http_config {
-        const char *socket_path;   /* required; copied */
+        const char *socket_path;   /* copied; required unless has_tcp_fd (then NULL: TCP only) */
         gid_t group;               /* with has_group: mode 0660 and this group */
         bool has_group;
         size_t max_header_bytes;   /* request line + headers; 0 = 16 KiB */
@@ -86,6 +86,12 @@ struct ntfs_http_config {
          * or, with has_group, a member of group: who may open the Unix
          * socket. Others get 403 forbidden. The peer's pid is 0. */
         const char *tcp_listen;
+        /* Or serve this listening loopback TCP socket (bound by the caller,
+         * e.g. to port 0; the server owns it from ntfs_http_server_new() on,
+         * also on failure), with the same uid check as tcp_listen. Not with
+         * tcp_listen. (ntfs-ctl web: docs/web.md.) */
+        bool has_tcp_fd;
+        int tcp_fd;
         /* Called on the connection's thread when the connection ends and its
          * conn_data slot is non-NULL. */
         void (*conn_data_free)(void *userdata, void *conn_data);

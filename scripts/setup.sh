@@ -23,6 +23,9 @@ PKGS=(
   # root from the archive to install it in (tests/integration/test_package.py);
   # man pages, unit checks and zsh for tests/integration/test_dist.py
   debhelper dpkg-dev fakeroot lintian mmdebstrap man-db systemd zsh
+  # ntfs-ctl web's browser tests (tests/integration/test_web.py): a real
+  # headless browser, driven by puppeteer-core from npm (below)
+  chromium nodejs
 )
 
 missing=()
@@ -44,4 +47,22 @@ fi
 # FUSE needs its device; load the module where it is not built in.
 if [ ! -e /dev/fuse ]; then
   modprobe fuse 2>/dev/null || true
+fi
+
+# puppeteer-core for the browser tests, at a pinned version, in a directory
+# of its own (the test reads $NTFS_WEB_NODE, default this one); only the
+# library: it drives Debian's chromium, it downloads no browser.
+PUPPETEER_VERSION=25.19.0
+WEB_NODE=${NTFS_WEB_NODE:-/usr/local/lib/ntfs-web-test}
+if [ "$(cat "$WEB_NODE/node_modules/puppeteer-core/package.json" 2>/dev/null |
+        sed -n 's/^  "version": "\(.*\)",$/\1/p')" != "$PUPPETEER_VERSION" ]; then
+  echo "setup: installing puppeteer-core@$PUPPETEER_VERSION into $WEB_NODE"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || [ -w "$(dirname "$WEB_NODE")" ] || SUDO=sudo
+  # Debian's nodejs comes without npm; NodeSource's (which conflicts with
+  # Debian's npm package) brings its own
+  command -v npm > /dev/null || $SUDO apt-get install -y -qq --no-install-recommends npm
+  $SUDO mkdir -p "$WEB_NODE"
+  $SUDO npm install --prefix "$WEB_NODE" --save-exact --no-audit --no-fund \
+    "puppeteer-core@$PUPPETEER_VERSION"
 fi

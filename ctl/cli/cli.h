@@ -190,6 +190,10 @@ int cmd_gc(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_fsck(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_api(struct ctx *c, const struct cmd *cmd, struct args *a);
 
+/* ---- web.c: the web interface (docs/web.md) ---- */
+
+int cmd_web(struct ctx *c, const struct cmd *cmd, struct args *a);
+
 /* ---- progress.c: a progress bar for long transfers ---- */
 
 /* A progress bar on stderr, fed by polling GET /v1/archive/progress/ID (or,

@@ -57,6 +57,7 @@ static const struct flagspec remote_add_flags[] = {
 static const struct flagspec push_flags[] = { { "tags", 0, false }, { "quiet", 'q', false }, { NULL, 0, false } };
 static const struct flagspec pull_flags[] = { { "merge", 0, false }, { "quiet", 'q', false }, { NULL, 0, false } };
 static const struct flagspec clone_flags[] = { { "quiet", 'q', false }, { NULL, 0, false } };
+static const struct flagspec web_flags[] = { { "port", 'p', true }, { NULL, 0, false } };
 static const struct flagspec prune_flags[] = { { "grace", 0, true }, { "dry-run", 'n', false }, { NULL, 0, false } };
 
 /* ---- the table ------------------------------------------------------------------ */
@@ -506,6 +507,29 @@ const struct cmd cli_commands[] = {
                 .min_pos = 2,
                 .max_pos = 3,
                 .run = cmd_api,
+        },
+        {
+                .name = "web",
+                .group = CLI_GROUP_STORE,
+                .synopsis = "[--port N]",
+                .summary = "serve a web view of the store on 127.0.0.1",
+                .help = "Serves a web interface for this store on 127.0.0.1 only and prints its URL,\n"
+                        "http://127.0.0.1:PORT/?token=TOKEN, with a random 128-bit token: every\n"
+                        "request without it (in the query, or the cookie the first page sets) gets\n"
+                        "403, and only this user and root may connect at all. The pages show the\n"
+                        "sessions and mounts, a session's history, a checkpoint's files, the diff\n"
+                        "of two checkpoints and the effect journal, polled every 1.5 s; tag, fork\n"
+                        "and rollback are buttons with a confirmation. Everything comes from ntfsd\n"
+                        "over the control socket: /api/... is forwarded to a short list of /v1/...\n"
+                        "routes (docs/web.md). Runs until SIGINT or SIGTERM. --json prints\n"
+                        "{url, port, token} instead of the URL.\n"
+                        "\nOptions:\n"
+                        "  -p, --port N  listen on port N (default: a free port)\n"
+                        "\nExample:\n  ntfs-ctl web --port 8765\n",
+                .flags = web_flags,
+                .min_pos = 0,
+                .max_pos = 0,
+                .run = cmd_web,
         },
         {
                 .name = "trunk init",

@@ -3,6 +3,7 @@
  * sockets: what curl, a buggy client and a hostile client would send.
  */
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1009,6 +1010,58 @@ TEST(stop_with_open_connections) {
         }
 }
 
+/* A loopback TCP socket handed over (ntfs-ctl web): served with no Unix
+ * socket at all, to this uid; closed by the server, also when never started. */
+static int tcp_listener(uint16_t *port) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        socklen_t al = sizeof a;
+        if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 16) < 0 ||
+            getsockname(fd, (struct sockaddr *)&a, &al) < 0)
+                FAIL("tcp listener: %s", strerror(errno));
+        *port = ntohs(a.sin_port);
+        return fd;
+}
+
+TEST(tcp_fd_handed_over) {
+        make_router();
+        uint16_t port;
+        struct ntfs_http_config cfg = { .has_tcp_fd = true, .router = router };
+        cfg.tcp_fd = tcp_listener(&port);
+        ASSERT_OK(ntfs_http_server_new(&cfg, NULL, NULL, &srv));
+        ASSERT_OK(ntfs_http_server_start(srv));
+        struct stat st;
+        ASSERT(lstat(sock_path, &st) < 0 && errno == ENOENT); /* no Unix socket made */
+        _cleanup_close_ int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        ASSERT_OK(connect(fd, (struct sockaddr *)&a, sizeof a));
+        struct timeval tv = { .tv_sec = 10 };
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        xsends(fd, "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n");
+        struct resp r;
+        read_resp(fd, &r);
+        ASSERT_EQ(r.status, 200);
+        resp_release(&r);
+        pthread_mutex_lock(&peer_lock);
+        ASSERT_EQ(last_peer.uid, getuid());
+        pthread_mutex_unlock(&peer_lock);
+        server_stop();
+        _cleanup_close_ int again = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ASSERT(connect(again, (struct sockaddr *)&a, sizeof a) < 0); /* the listener is closed */
+        /* with tcp_listen too, or a bad fd: refused, and the fd is the server's anyway */
+        cfg.tcp_fd = tcp_listener(&port);
+        cfg.tcp_listen = "127.0.0.1:1";
+        ASSERT_EQ(ntfs_http_server_new(&cfg, NULL, NULL, &srv), -EINVAL);
+        cfg.tcp_listen = NULL;
+        cfg.tcp_fd = tcp_listener(&port);
+        ASSERT_OK(ntfs_http_server_new(&cfg, NULL, NULL, &srv));
+        server_stop(); /* never started: closes it */
+        a.sin_port = htons(port);
+        _cleanup_close_ int third = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ASSERT(connect(third, (struct sockaddr *)&a, sizeof a) < 0);
+}
+
 int main(void) {
         snprintf(tmpdir, sizeof tmpdir, "/tmp/ntfs-http-XXXXXX");
         if (!mkdtemp(tmpdir))
@@ -1038,6 +1091,7 @@ int main(void) {
         RUN(protocol_upgrade);
         RUN(conn_data);
         RUN(stop_with_open_connections);
+        RUN(tcp_fd_handed_over);
         ntfs_http_server_free(srv); /* a failed test may leave one running */
         ntfs_router_free(router);
         unlink(sock_path);
