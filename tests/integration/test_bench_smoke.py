@@ -67,10 +67,10 @@ def test_quick_against_a_base_build(tmp_path):
     env = dict(os.environ, BENCH_TARGETS="ntfs-base ntfs", NTFS_BUILD=BUILD, NTFS_BASE_BUILD=BUILD,
                BENCH_DATA_ONLY="1", BENCH_DIR=str(tmp_path), BENCH_CACHE=str(tmp_path / "cache"))
     env.pop("NTFS_MOUNT_CMD", None)
-    before = mounts()
+    before = mounts(tmp_path)
     r = subprocess.run([script, "--quick"], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert mounts() == before
+    assert mounts(tmp_path) == before
     head, rows = table(r.stdout)
     assert "ntfs-base" in head and "ntfs/ntfs-base" in head, head
     assert sorted(rows) == ["rand-read-4k", "rand-write-4k", "seq-read-1M", "seq-write-1M"]
@@ -244,9 +244,13 @@ def test_report_intervals_and_pool(tmp_path):
                      r.stdout, re.M), r.stdout
 
 
-def mounts():
+def mounts(tmp_path):
+    """The mounts a bench run could leave: under its scratch directory, or a
+    tracefs/debugfs it mounted for perf. Other mounts on the machine (other
+    jobs' tests) come and go meanwhile and are not the script's."""
     with open("/proc/self/mounts") as f:
-        return sorted(l.split()[1] for l in f)
+        rows = [l.split() for l in f]
+    return sorted(r[1] for r in rows if r[1].startswith(str(tmp_path)) or r[2] in ("tracefs", "debugfs"))
 
 
 def test_quick_request_counts(tmp_path):
@@ -261,11 +265,11 @@ def test_quick_request_counts(tmp_path):
     env = dict(os.environ, BENCH_TARGETS="native floorsame", NTFS_BUILD=BUILD, BENCH_META_ONLY="1",
                BENCH_REQS="1", BENCH_DIR=str(tmp_path), BENCH_CACHE=str(tmp_path / "cache"),
                BENCH_RAW=str(tmp_path / "raw.tsv"))
-    before = mounts()
+    before = mounts(tmp_path)
     r = subprocess.run([os.path.join(ROOT, "tools", "bench-fs.sh"), "--quick"], env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert mounts() == before
+    assert mounts(tmp_path) == before
     assert subprocess.run(["pgrep", "-f", "perf stat -a -x, -o " + str(tmp_path)]).returncode == 1
     assert sorted(os.listdir(tmp_path)) == ["cache", "raw.tsv", "raw.tsv.reqs"]
     out = r.stdout.split("FUSE requests per row")[1]
