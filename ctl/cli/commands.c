@@ -56,6 +56,7 @@ static const struct flagspec remote_add_flags[] = {
 static const struct flagspec push_flags[] = { { "tags", 0, false }, { "quiet", 'q', false }, { NULL, 0, false } };
 static const struct flagspec pull_flags[] = { { "merge", 0, false }, { "quiet", 'q', false }, { NULL, 0, false } };
 static const struct flagspec clone_flags[] = { { "quiet", 'q', false }, { NULL, 0, false } };
+static const struct flagspec compact_flags[] = { { "quiet", 'q', false }, { NULL, 0, false } };
 static const struct flagspec prune_flags[] = { { "grace", 0, true }, { "dry-run", 'n', false }, { NULL, 0, false } };
 
 /* ---- the table ------------------------------------------------------------------ */
@@ -423,6 +424,29 @@ const struct cmd cli_commands[] = {
                 .min_pos = 0,
                 .max_pos = 0,
                 .run = cmd_gc,
+        },
+        {
+                .name = "compact",
+                .group = CLI_GROUP_STORE,
+                .synopsis = "[-q]",
+                .summary = "give the store's free space back to the file system",
+                .help = "The store's LMDB file (data.mdb) never shrinks by itself: the pages gc and\n"
+                        "ended sessions free are reused by later writes but stay in the file\n"
+                        "('reclaimable' in status). compact writes a copy of the file without them,\n"
+                        "puts it in place of the old one and reopens the store, inside the daemon.\n"
+                        "It needs the space of the live data free on the same file system while it\n"
+                        "runs, and the store to be idle: the daemon refuses it (409, code busy)\n"
+                        "while any session is mounted (internal mounts of running commands\n"
+                        "included). The offline procedure is then: ntfs-ctl mounts, ntfs-ctl umount\n"
+                        "each, ntfs-ctl gc, ntfs-ctl compact, mount again. API calls wait while it\n"
+                        "runs. Prints the bytes on disk before and after. A progress bar on a\n"
+                        "terminal.\n"
+                        "\nOptions:\n  -q, --quiet  no progress bar\n"
+                        "\nExample:\n  ntfs-ctl gc && ntfs-ctl compact\n",
+                .flags = compact_flags,
+                .min_pos = 0,
+                .max_pos = 0,
+                .run = cmd_compact,
         },
         {
                 .name = "fsck",

@@ -52,7 +52,9 @@ static void progress_draw(struct progress_bar *pb, const json_t *p) {
         human_bytes((uint64_t)r, rate, sizeof rate);
         fmt_duration(frac > 0 && r > 0 ? (total - done) / r : -1, eta, sizeof eta);
         char ents[64];
-        if (tentries > 0)
+        if (!json_object_get(p, "entries"))
+                ents[0] = 0; /* a compaction: bytes only */
+        else if (tentries > 0)
                 snprintf(ents, sizeof ents, "%lld/%lld entries", (long long)entries, (long long)tentries);
         else
                 snprintf(ents, sizeof ents, "%lld entries", (long long)entries);
