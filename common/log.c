@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -275,4 +276,21 @@ void ntfs_log(enum ntfs_log_level lvl, const char *fmt, ...) {
                 write_line(log_file, fprefix, msg);
         }
         pthread_mutex_unlock(&log_lock);
+}
+
+static _Atomic uint64_t next_request_id;
+
+uint64_t ntfs_log_next_request_id(void) { return atomic_fetch_add(&next_request_id, 1) + 1; }
+
+void ntfs_log_request(bool new_id, const char *method, const char *path, int status, int64_t t_begin) {
+        if (new_id)
+                ctx_request = ntfs_log_next_request_id();
+        if (level >= NTFS_LOG_INFO) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+                double ms = t_begin ? (double)(now - t_begin) / 1e6 : 0;
+                ntfs_log(NTFS_LOG_INFO, "http %s %.200s %d %.3fms", method, path, status, ms);
+        }
+        ntfs_log_ctx_clear();
 }

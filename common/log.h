@@ -44,6 +44,13 @@ void ntfs_log_ctx_session(const char *session);
 void ntfs_log_ctx_effect(const char *effect_id);
 void ntfs_log_ctx_clear(void);
 
+/* Request ids, numbered from 1 in the process. */
+uint64_t ntfs_log_next_request_id(void);
+/* The one info line of an answered request: "http METHOD PATH STATUS
+ * N.NNNms" (the time since t_begin, monotonic ns; 0: unknown), then clears
+ * the thread's context. new_id: the request had no id yet. */
+void ntfs_log_request(bool new_id, const char *method, const char *path, int status, int64_t t_begin);
+
 #define log_error(...) ntfs_log(NTFS_LOG_ERROR, __VA_ARGS__)
 #define log_warn(...) ntfs_log(NTFS_LOG_WARN, __VA_ARGS__)
 #define log_info(...) ntfs_log(NTFS_LOG_INFO, __VA_ARGS__)

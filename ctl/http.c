@@ -295,7 +295,6 @@ struct ntfs_http_conn {
         int fd;
         const char *rest;
         size_t rest_len;
-
         int64_t t_begin; /* the request's first byte (monotonic ns) */
 };
 
@@ -725,19 +724,6 @@ static bool query_encoding_valid(const char *q) {
         return true;
 }
 
-/* Requests are numbered in the process: REQUEST_ID in the journal,
- * request=N in the text logs. */
-static _Atomic uint64_t next_request_id;
-
-/* The request's one line at info (docs/operations.md, "Logs"): method,
- * path, status, duration and the session where there is one. */
-static void log_request(const ntfs_http_conn *c, const char *method, const char *path, int status) {
-        if (ntfs_log_get_level() < NTFS_LOG_INFO)
-                return;
-        double ms = c->t_begin ? (double)(ntfs_mono_ns() - c->t_begin) / 1e6 : 0;
-        log_info("http %s %.200s %d %.3fms", method, path, status, ms);
-}
-
 static void send_error(ntfs_http_conn *c, int status, const char *code, const char *msg) {
         ntfs_http_response resp = { 0 };
         json_t *j = error_body(code, msg);
@@ -745,12 +731,9 @@ static void send_error(ntfs_http_conn *c, int status, const char *code, const ch
                 (void)send_response(c, &resp, false, false);
         resp_release(&resp);
         c->closing = true;
-        if (c->t_begin) {
-                ntfs_log_ctx_request(atomic_fetch_add(&next_request_id, 1) + 1);
-                log_request(c, http_method_str((enum http_method)c->parser.method), c->hbuf && c->url_done ? c->hbuf + c->url_off : "-",
-                            status);
-                ntfs_log_ctx_clear();
-        }
+        if (c->t_begin) /* its one line, too (a refused head, a timeout) */
+                ntfs_log_request(true, http_method_str((enum http_method)c->parser.method),
+                                 c->hbuf && c->url_done ? c->hbuf + c->url_off : "-", status, c->t_begin);
 }
 
 void ntfs_http_conn_timeout(ntfs_http_conn *c) {
@@ -783,7 +766,7 @@ static int conn_dispatch(ntfs_http_conn *c) {
         if (c->body)
                 c->body[c->body_len] = 0;
         set_phase(c, NTFS_HTTP_IDLE);
-        ntfs_log_ctx_request(atomic_fetch_add(&next_request_id, 1) + 1);
+        ntfs_log_ctx_request(ntfs_log_next_request_id());
 
         /* origin-form only: "/path?query#fragment" */
         if (url[0] != '/') {
@@ -858,11 +841,7 @@ static int conn_dispatch(ntfs_http_conn *c) {
                 req.route = m->pattern;
                 req.params = m->params;
                 req.n_params = m->n_params;
-                const char *sess = ntfs_http_request_param(&req, "session");
-                const char *pat = strchr(m->pattern, ' '); /* "METHOD /path" */
-                if (!sess && pat && strncmp(pat + 1, "/v1/sessions/{name}", 19) == 0)
-                        sess = ntfs_http_request_param(&req, "name");
-                ntfs_log_ctx_session(sess);
+                ntfs_log_ctx_session(ntfs_http_request_param(&req, ntfs_router_session_param(m->pattern)));
         }
         if (!raw && c->body_len > 0 && !all_space(c->body, c->body_len)) {
                 json_error_t jerr;
@@ -877,9 +856,8 @@ static int conn_dispatch(ntfs_http_conn *c) {
                         goto send;
                 }
                 req.json = json;
-                const json_t *js = json_object_get(json, "session");
-                if (json_is_string(js) && !ntfs_http_request_param(&req, "session"))
-                        ntfs_log_ctx_session(json_string_value(js));
+                if (json_is_string(json_object_get(json, "session")) && !ntfs_http_request_param(&req, "session"))
+                        ntfs_log_ctx_session(json_string_value(json_object_get(json, "session")));
         }
         r = handler(c->userdata, &req, &resp);
         if (resp.kind == RESP_UPGRADE && (!req.upgrade || c->fd < 0 || p->method == HTTP_HEAD)) {
@@ -909,8 +887,7 @@ send:
                 r = send_upgrade(c, &resp);
         else
                 r = send_response(c, &resp, keep_alive, p->method == HTTP_HEAD);
-        log_request(c, method, path, resp.kind == RESP_UPGRADE ? 101 : resp.status);
-        ntfs_log_ctx_clear();
+        ntfs_log_request(false, method, path, resp.kind == RESP_UPGRADE ? 101 : resp.status, c->t_begin);
         resp_release(&resp);
         json_decref(json);
         free(m);
