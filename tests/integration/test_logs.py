@@ -104,7 +104,7 @@ def test_journald_fields(scratch, monkeypatch):
     try:
         d.ok("session", "new", "beta")
         d.ok("checkpoint", "beta", "-m", "x")
-        r = d.ctl("exec", "beta", "--", "true")
+        r = d.http("POST", "/v1/sessions/beta/exec", body={"command": "true"}, timeout=120)
 
         def have():
             drain()
@@ -119,10 +119,11 @@ def test_journald_fields(scratch, monkeypatch):
         assert start and "SESSION" not in start[0] and "REQUEST_ID" not in start[0]
         ids = [g["REQUEST_ID"] for g in got if "REQUEST_ID" in g and g["MESSAGE"].startswith("http ")]
         assert len(set(ids)) == len(ids)
-        assert r.returncode == 0, r.stderr
-        ex = wait_for(lambda: (drain(), [g for g in got if "http POST /v1/sessions/beta/exec" in
+        assert r.status == 200, r.body
+        ex = wait_for(lambda: (drain(), [g for g in got if "http POST /v1/sessions/beta/exec 200" in
                                          g.get("MESSAGE", "")])[1], "the exec's request")[0]
-        assert ex["SESSION"] == "beta" and int(ex["EFFECT_ID"]) >= 1, ex
+        # the effect the request began is named by the request's line
+        assert ex["SESSION"] == "beta" and ex.get("EFFECT_ID") == str(r.json["effect_id"]), ex
         # nothing went to stderr but what the journal could not take
         assert "http POST /v1/sessions/beta/checkpoint" not in d.log_text()
     finally:
