@@ -367,6 +367,17 @@ static void reserve_hold(ntfs_store *st) {
         pthread_mutex_unlock(&st->lock);
         int r = fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)hwm, (off_t)len) < 0 ? -errno : 0;
         store_lock(st);
+        if (r < 0 && r != -EOPNOTSUPP && !st->held_ok) {
+                /* A failed fallocate may keep what it allocated past the end
+                 * (ext4 does): on a small disk that filled it, the journal
+                 * could not open and every later start met the same full
+                 * disk. Truncating to the same length gives back the blocks
+                 * past it; under the lock, so that no commit extends the
+                 * file meanwhile. */
+                struct stat sb;
+                if (fstat(fd, &sb) < 0 || ftruncate(fd, sb.st_size) < 0)
+                        log_debug("store: cannot release a partial reserve: %s", strerror(errno));
+        }
         if (r == -EOPNOTSUPP) {
                 st->held_nosup = true;
                 st->held_ok = false;
