@@ -71,8 +71,11 @@ const struct cmd cli_commands[] = {
                         "tags and objects, the size of the store's database (objects:, in brackets),\n"
                         "the disk space of the working data files (working data: file content written\n"
                         "since the last checkpoints; in brackets, how much of it is freed content\n"
-                        "kept for reuse, given back once the store is idle), the jail's cgroup\n"
-                        "controls and every mount.\n"
+                        "kept for reuse, given back once the store is idle), the store file's\n"
+                        "space (store file: the live bytes, the free pages inside the file that\n"
+                        "later writes reuse, what 'ntfs-ctl compact' would give back, and its size\n"
+                        "on disk with the held reserve), the jail's cgroup controls and every\n"
+                        "mount.\n"
                         "\nExample:\n  ntfs-ctl status\n",
                 .flags = no_flags,
                 .min_pos = 0,
