@@ -133,16 +133,15 @@ int ntfs_log_open_journal(const char *socket_path, const char *ident) {
         if (n >= sizeof a.sun_path)
                 return -ENAMETOOLONG;
         memcpy(a.sun_path, socket_path, n + 1);
+        /* the socket must be there: a missing journal is said at start */
+        struct stat sb;
+        if (stat(socket_path, &sb) < 0)
+                return -errno;
+        if (!S_ISSOCK(sb.st_mode))
+                return -ENOTSOCK;
         int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return -errno;
-        /* the socket must be there: a missing journal is said at start */
-        struct stat sb;
-        if (stat(socket_path, &sb) < 0 || !S_ISSOCK(sb.st_mode)) {
-                int e = errno ? errno : ENOTSOCK;
-                close(fd);
-                return -(stat(socket_path, &sb) < 0 ? e : ENOTSOCK);
-        }
         int sz = 1 << 20; /* best effort: long messages */
         (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
         pthread_mutex_lock(&log_lock);
