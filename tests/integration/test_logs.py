@@ -135,3 +135,33 @@ def test_journald_unreachable_refuses_to_start(scratch, monkeypatch):
     monkeypatch.setenv("NTFS_JOURNAL_SOCKET", os.path.join(scratch, "none.sock"))
     with pytest.raises(RuntimeError, match="cannot reach the journal"):
         Daemon(scratch, extra=["--log-target", "journald"])
+
+
+def test_journal_stream_chooses_journald(scratch, monkeypatch):
+    """Under systemd stderr is the journal ($JOURNAL_STREAM names it):
+    ntfsd then speaks the native protocol by itself, without the option."""
+    path = os.path.join(scratch, "journal.sock")
+    js = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    js.bind(path)
+    js.settimeout(5)
+    log = os.path.join(scratch, "ntfsd.log")  # the Daemon's stderr
+    open(log, "ab").close()
+    st = os.stat(log)
+    monkeypatch.setenv("NTFS_JOURNAL_SOCKET", path)
+    monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino}")
+    d = Daemon(scratch)
+    try:
+        msgs = []
+        while not any(m.get("MESSAGE", "").startswith("ntfsd ") for m in msgs):
+            msgs.append(journal_fields(js.recv(1 << 20)))
+        assert "ntfs info: ntfsd " not in d.log_text()
+    finally:
+        stop_and_check(d, scratch)
+        js.close()
+    # another file on stderr: JOURNAL_STREAM is not about it, stderr is used
+    monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino + 1}")
+    d = Daemon(scratch)
+    try:
+        wait_for(lambda: "http GET /health 200" in d.log_text(), "the request line on stderr")
+    finally:
+        stop_and_check(d, scratch)
