@@ -510,14 +510,74 @@ static void compact_started(const char *copy_path, uint64_t total, void *ud) {
         pthread_mutex_unlock(&compact_state.mu);
 }
 
+/* A mount taken down for a compaction, to be made again after it. */
+struct remount {
+        char *mp, *session, *at;
+        bool ro, relatime;
+        double idle, maxi;
+};
+
+/* --remount: the clients' mounts (none internal: a running command's is
+ * left, and the compaction then refused) are unmounted; returns how many. */
+static size_t remount_take(struct remount *rm, size_t max) {
+        size_t n = 0;
+        pthread_mutex_lock(&D.lock);
+        for (struct dmount *m = D.mounts; m && n < max; m = m->next)
+                if (!m->internal && !atomic_load(&m->exited)) {
+                        rm[n] = (struct remount){ .mp = strdup(m->mountpoint),
+                                                  .session = m->session ? strdup(m->session) : NULL,
+                                                  .at = m->at ? strdup(m->at) : NULL, .ro = m->ro,
+                                                  .relatime = m->relatime, .idle = m->auto_idle,
+                                                  .maxi = m->auto_max };
+                        if (rm[n].mp && (rm[n].session || rm[n].at))
+                                n++;
+                        else {
+                                free(rm[n].mp);
+                                free(rm[n].session);
+                                free(rm[n].at);
+                        }
+                }
+        pthread_mutex_unlock(&D.lock);
+        for (size_t i = 0; i < n; i++) {
+                struct dmount *m = d_mount_take(rm[i].mp);
+                int r = m ? d_mount_stop(m) : 0;
+                if (r < 0)
+                        log_warn("compact: unmount %s: %s", rm[i].mp, ntfs_strerror(r));
+        }
+        return n;
+}
+
+/* Mounts again what remount_take() unmounted; the failures are listed. */
+static json_t *remount_give(struct remount *rm, size_t n) {
+        json_t *failed = json_array();
+        for (size_t i = 0; i < n; i++) {
+                int r = d_mount_add(rm[i].session ? rm[i].session : rm[i].at, rm[i].at, rm[i].mp, rm[i].ro, false,
+                                    rm[i].idle, rm[i].maxi, rm[i].relatime, NULL);
+                if (r < 0) {
+                        log_warn("compact: cannot mount %s again: %s", rm[i].mp, ntfs_strerror(r));
+                        json_array_append_new(failed, json_pack("{s:s, s:s}", "mountpoint", rm[i].mp, "error",
+                                                                ntfs_strerror(r)));
+                }
+                free(rm[i].mp);
+                free(rm[i].session);
+                free(rm[i].at);
+        }
+        return failed;
+}
+
+#define REMOUNT_MAX 256
+
 static int h_compact(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
-        static const char *const keys[] = { "progress", NULL };
+        static const char *const keys[] = { "progress", "remount", NULL };
         const char *pid = NULL;
         int r = d_check_keys(req, resp, keys);
         if (r < 0 || (r = d_want_string(req, resp, "progress", false, &pid)) < 0)
                 return r;
         if (pid && !d_op_id_valid(pid))
                 return ntfs_http_error(resp, -NTFS_EBADREQ, "'progress' must be 1..64 of [A-Za-z0-9_-]");
+        json_t *rmv = req->json ? json_object_get(req->json, "remount") : NULL;
+        if (rmv && !json_is_boolean(rmv))
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "'remount' must be true or false");
         pthread_mutex_lock(&compact_state.mu);
         if (compact_state.running) {
                 pthread_mutex_unlock(&compact_state.mu);
@@ -529,28 +589,47 @@ static int h_compact(void *ud, const ntfs_http_request *req, ntfs_http_response 
         compact_state.total = 0;
         compact_state.t0 = ntfs_mono_ns();
         pthread_mutex_unlock(&compact_state.mu);
+        struct remount *rm = json_is_true(rmv) ? calloc(REMOUNT_MAX, sizeof *rm) : NULL;
+        size_t nrm = rm ? remount_take(rm, REMOUNT_MAX) : 0;
         struct ntfs_compact_result cr;
         int64_t t0 = ntfs_mono_ns();
-        r = ntfs_store_compact(D.st, compact_started, NULL, &cr);
+        r = json_is_true(rmv) && !rm ? -ENOMEM : ntfs_store_compact(D.st, compact_started, NULL, &cr);
         double secs = (double)(ntfs_mono_ns() - t0) / 1e9;
+        json_t *failed = rm ? remount_give(rm, nrm) : NULL;
+        bool remounted = rm != NULL;
+        free(rm);
         pthread_mutex_lock(&compact_state.mu);
         compact_state.running = false;
         pthread_mutex_unlock(&compact_state.mu);
-        if (r == -EBUSY)
+        if (r == -EBUSY) {
+                json_decref(failed);
                 return ntfs_http_error_code(resp, 409, "busy",
-                                            "the store has mounts or views open; compaction needs none: unmount "
-                                            "them (ntfs-ctl mounts, ntfs-ctl umount) and run compact again");
-        if (r < 0)
+                                            json_is_true(rmv)
+                                                    ? "a command is running in the store (its internal mount is "
+                                                      "open); run compact again when it has ended"
+                                                    : "the store has mounts or views open; compaction needs none: "
+                                                      "unmount them (ntfs-ctl mounts, ntfs-ctl umount) or use "
+                                                      "ntfs-ctl compact --remount");
+        }
+        if (r < 0) {
+                json_decref(failed);
                 return d_fail(resp, r, "compact");
+        }
         log_info("compact: data.mdb %" PRIu64 " -> %" PRIu64 " bytes on disk in %.1fs", cr.disk_before,
                  cr.disk_after, secs);
-        return d_reply(resp, 200, json_pack("{s:I, s:I, s:I, s:I, s:I, s:f}", "file_bytes_before",
-                                          (json_int_t)cr.file_before, "file_bytes_after", (json_int_t)cr.file_after,
-                                          "disk_bytes_before", (json_int_t)cr.disk_before, "disk_bytes_after",
-                                          (json_int_t)cr.disk_after, "freed_bytes",
-                                          (json_int_t)(cr.disk_before > cr.disk_after ? cr.disk_before - cr.disk_after
-                                                                                       : 0),
-                                          "seconds", secs));
+        json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:f}", "file_bytes_before", (json_int_t)cr.file_before,
+                              "file_bytes_after", (json_int_t)cr.file_after, "disk_bytes_before",
+                              (json_int_t)cr.disk_before, "disk_bytes_after", (json_int_t)cr.disk_after,
+                              "freed_bytes",
+                              (json_int_t)(cr.disk_before > cr.disk_after ? cr.disk_before - cr.disk_after : 0),
+                              "seconds", secs);
+        if (o && remounted) {
+                json_object_set_new(o, "remounted", json_integer((json_int_t)(nrm - json_array_size(failed))));
+                json_object_set_new(o, "remount_failed", failed);
+                failed = NULL;
+        }
+        json_decref(failed);
+        return d_reply(resp, 200, o);
 }
 
 static int h_compact_progress(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {

@@ -56,7 +56,8 @@ static const struct flagspec remote_add_flags[] = {
 static const struct flagspec push_flags[] = { { "tags", 0, false }, { "quiet", 'q', false }, { NULL, 0, false } };
 static const struct flagspec pull_flags[] = { { "merge", 0, false }, { "quiet", 'q', false }, { NULL, 0, false } };
 static const struct flagspec clone_flags[] = { { "quiet", 'q', false }, { NULL, 0, false } };
-static const struct flagspec compact_flags[] = { { "quiet", 'q', false }, { NULL, 0, false } };
+static const struct flagspec compact_flags[] = { { "quiet", 'q', false }, { "remount", 0, false },
+                                                 { NULL, 0, false } };
 static const struct flagspec prune_flags[] = { { "grace", 0, true }, { "dry-run", 'n', false }, { NULL, 0, false } };
 
 /* ---- the table ------------------------------------------------------------------ */
@@ -431,7 +432,7 @@ const struct cmd cli_commands[] = {
         {
                 .name = "compact",
                 .group = CLI_GROUP_STORE,
-                .synopsis = "[-q]",
+                .synopsis = "[--remount] [-q]",
                 .summary = "give the store's free space back to the file system",
                 .help = "The store's LMDB file (data.mdb) never shrinks by itself: the pages gc and\n"
                         "ended sessions free are reused by later writes but stay in the file\n"
@@ -441,11 +442,14 @@ const struct cmd cli_commands[] = {
                         "runs, and the store to be idle: the daemon refuses it (409, code busy)\n"
                         "while any session is mounted (internal mounts of running commands\n"
                         "included). The offline procedure is then: ntfs-ctl mounts, ntfs-ctl umount\n"
-                        "each, ntfs-ctl gc, ntfs-ctl compact, mount again. API calls wait while it\n"
-                        "runs. Prints the bytes on disk before and after. A progress bar on a\n"
-                        "terminal.\n"
-                        "\nOptions:\n  -q, --quiet  no progress bar\n"
-                        "\nExample:\n  ntfs-ctl gc && ntfs-ctl compact\n",
+                        "each, ntfs-ctl gc, ntfs-ctl compact, mount again; --remount has the daemon\n"
+                        "do it: it unmounts the clients' mounts, compacts and mounts them again with\n"
+                        "their options (files open in them are lost to their programs; a running\n"
+                        "command still makes it refuse). API calls wait while it runs. Prints the\n"
+                        "bytes on disk before and after. A progress bar on a terminal.\n"
+                        "\nOptions:\n  --remount    unmount the mounts first and mount them again after\n"
+                        "  -q, --quiet  no progress bar\n"
+                        "\nExample:\n  ntfs-ctl gc && ntfs-ctl compact --remount\n",
                 .flags = compact_flags,
                 .min_pos = 0,
                 .max_pos = 0,

@@ -171,7 +171,11 @@ int cmd_compact(struct ctx *c, const struct cmd *cmd, struct args *a) {
         struct progress_bar pb;
         progress_start_at(&pb, c, "compacting", "/v1/compact/progress/", false, false,
                           has_flag(cmd, a, "quiet") || c->json);
-        json_t *body = pb.id[0] ? json_pack("{s:s}", "progress", pb.id) : NULL;
+        json_t *body = json_object();
+        if (body && pb.id[0])
+                json_object_set_new(body, "progress", json_string(pb.id));
+        if (body && has_flag(cmd, a, "remount"))
+                json_object_set_new(body, "remount", json_true());
         json_t *j = NULL;
         int r = call_full(c, "POST", "/v1/compact", body, 0, &j, NULL, false);
         progress_stop(&pb);
@@ -189,6 +193,16 @@ int cmd_compact(struct ctx *c, const struct cmd *cmd, struct args *a) {
                        human_bytes((uint64_t)NTFS_MAX(before, 0), b1, sizeof b1),
                        human_bytes((uint64_t)NTFS_MAX(after, 0), b2, sizeof b2),
                        human_bytes((uint64_t)NTFS_MAX(before - after, 0), b3, sizeof b3));
+                json_int_t nre = 0;
+                if (jint(j, "remounted", &nre) && nre > 0)
+                        printf("mounted again: %" JSON_INTEGER_FORMAT "\n", nre);
+                json_t *failed = json_object_get(j, "remount_failed");
+                size_t i;
+                json_t *f;
+                json_array_foreach(failed, i, f) fprintf(stderr, "ntfs-ctl: could not mount %s again: %s\n",
+                                                          jstr(f, "mountpoint", "?"), jstr(f, "error", "?"));
+                if (json_array_size(failed))
+                        r = 1;
         }
         json_decref(j);
         return r;

@@ -135,3 +135,29 @@ def test_compact_progress_route(daemon):
     assert r.status == 200, r.body
     j = r.json
     assert j["disk_bytes_after"] > 0 and j["file_bytes_after"] > 0
+
+
+def test_compact_remount(daemon, scratch):
+    """--remount: the daemon unmounts the mounts, compacts and mounts them
+    again with their options."""
+    daemon.ok("session", "new", "r")
+    mp = os.path.join(scratch, "rmnt")
+    os.mkdir(mp)
+    daemon.ok("mount", "r", mp)
+    try:
+        with open(os.path.join(mp, "f"), "w") as f:
+            f.write("kept")
+        daemon.ok("checkpoint", "r", "-m", "one")
+        out = daemon.ok("compact", "--remount")
+        assert out.startswith("compacted data.mdb: ") and "mounted again: 1" in out, out
+        mounts = daemon.jok("mounts")
+        mounts = mounts["mounts"] if isinstance(mounts, dict) else mounts
+        assert [m["mountpoint"] for m in mounts if m.get("session") == "r"] == [os.path.realpath(mp)], mounts
+        with open(os.path.join(mp, "f")) as f:
+            assert f.read() == "kept"
+        with open(os.path.join(mp, "g"), "w") as f:
+            f.write("new")
+        daemon.ok("checkpoint", "r", "-m", "two")
+    finally:
+        daemon.ok("umount", mp)
+    daemon.fsck_clean()
