@@ -373,11 +373,11 @@ static void reserve_hold(ntfs_store *st) {
                  * could not open and every later start met the same full
                  * disk. Truncating to the same length gives back the blocks
                  * past it; under the lock, so that no commit extends the
-                 * file meanwhile. The fsync commits ext4's journal: blocks
+                 * file meanwhile. syncfs commits ext4's journal: blocks
                  * freed are not handed out again before (the journal's own
                  * file, created next, met ENOSPC). */
                 struct stat sb;
-                if (fstat(fd, &sb) < 0 || ftruncate(fd, sb.st_size) < 0 || fsync(fd) < 0)
+                if (fstat(fd, &sb) < 0 || ftruncate(fd, sb.st_size) < 0 || syncfs(fd) < 0)
                         log_debug("store: cannot release a partial reserve: %s", strerror(errno));
         }
         if (r == -EOPNOTSUPP) {
