@@ -6,11 +6,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <http_parser.h>
 #include <poll.h>
 #include <pthread.h>
-#include <pwd.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -295,6 +293,7 @@ struct ntfs_http_conn {
         int fd;
         const char *rest;
         size_t rest_len;
+        int64_t t_begin; /* the request's first byte (monotonic ns) */
 };
 
 static void set_phase(ntfs_http_conn *c, enum ntfs_http_phase p) {
@@ -366,6 +365,7 @@ static int on_message_begin(http_parser *p) {
         ntfs_http_conn *c = p->data;
         request_reset(c);
         set_phase(c, NTFS_HTTP_HEAD);
+        c->t_begin = ntfs_mono_ns();
         return 0;
 }
 
@@ -729,6 +729,9 @@ static void send_error(ntfs_http_conn *c, int status, const char *code, const ch
                 (void)send_response(c, &resp, false, false);
         resp_release(&resp);
         c->closing = true;
+        if (c->t_begin) /* its one line, too (a refused head, a timeout) */
+                ntfs_log_request(true, http_method_str((enum http_method)c->parser.method),
+                                 c->hbuf && c->url_done ? c->hbuf + c->url_off : "-", status, c->t_begin);
 }
 
 void ntfs_http_conn_timeout(ntfs_http_conn *c) {
@@ -761,6 +764,7 @@ static int conn_dispatch(ntfs_http_conn *c) {
         if (c->body)
                 c->body[c->body_len] = 0;
         set_phase(c, NTFS_HTTP_IDLE);
+        ntfs_log_ctx_request(ntfs_log_next_request_id());
 
         /* origin-form only: "/path?query#fragment" */
         if (url[0] != '/') {
@@ -835,6 +839,7 @@ static int conn_dispatch(ntfs_http_conn *c) {
                 req.route = m->pattern;
                 req.params = m->params;
                 req.n_params = m->n_params;
+                ntfs_log_ctx_session(ntfs_http_request_param(&req, ntfs_router_session_param(m->pattern)));
         }
         if (!raw && c->body_len > 0 && !all_space(c->body, c->body_len)) {
                 json_error_t jerr;
@@ -849,6 +854,8 @@ static int conn_dispatch(ntfs_http_conn *c) {
                         goto send;
                 }
                 req.json = json;
+                if (json_is_string(json_object_get(json, "session")) && !ntfs_http_request_param(&req, "session"))
+                        ntfs_log_ctx_session(json_string_value(json_object_get(json, "session")));
         }
         r = handler(c->userdata, &req, &resp);
         if (resp.kind == RESP_UPGRADE && (!req.upgrade || c->fd < 0 || p->method == HTTP_HEAD)) {
@@ -878,6 +885,7 @@ send:
                 r = send_upgrade(c, &resp);
         else
                 r = send_response(c, &resp, keep_alive, p->method == HTTP_HEAD);
+        ntfs_log_request(false, method, path, resp.kind == RESP_UPGRADE ? 101 : resp.status, c->t_begin);
         resp_release(&resp);
         json_decref(json);
         free(m);
@@ -1220,29 +1228,6 @@ static void reject(int fd, int status, const char *code, const char *msg) {
         close(fd);
 }
 
-/* May the owner of a loopback TCP client socket use the server: who may
- * open the Unix socket (root, the server's own uid, the socket's group). */
-static bool tcp_peer_allowed(const ntfs_http_server *s, uid_t uid) {
-        if (uid == 0 || uid == geteuid())
-                return true;
-        if (!s->cfg.has_group)
-                return false;
-        struct passwd pw, *pwp = NULL;
-        char buf[4096];
-        if (getpwuid_r(uid, &pw, buf, sizeof buf, &pwp) != 0 || !pwp)
-                return false;
-        if (pw.pw_gid == s->cfg.group)
-                return true;
-        gid_t groups[256];
-        int n = 256;
-        if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &n) < 0)
-                return false;
-        for (int i = 0; i < n; i++)
-                if (groups[i] == s->cfg.group)
-                        return true;
-        return false;
-}
-
 /* Takes an accepted connection: its peer's credentials, then a thread of
  * its own. Closes fd on every refusal. */
 static void take_conn(ntfs_http_server *s, int fd, bool tcp) {
@@ -1256,7 +1241,7 @@ static void take_conn(ntfs_http_server *s, int fd, bool tcp) {
         if (tcp) {
                 uid_t uid = 0;
                 int r = ntfs_tcp_peer_uid(fd, &uid);
-                if (r < 0 || !tcp_peer_allowed(s, uid)) {
+                if (r < 0 || !ntfs_tcp_uid_allowed(uid, s->cfg.has_group, s->cfg.group)) {
                         if (r < 0)
                                 log_warn("http: the TCP client's user is unknown (%s): refused", ntfs_strerror(r));
                         reject(fd, 403, "forbidden",
@@ -1370,25 +1355,6 @@ static int clear_stale(const char *path) {
         return 0;
 }
 
-/* The loopback TCP listener (cfg.tcp_listen, checked when the server was
- * made). */
-static int listen_tcp(ntfs_http_server *s) {
-        struct sockaddr_storage a;
-        socklen_t al;
-        int r = ntfs_tcp_parse_listen(s->cfg.tcp_listen, &a, &al);
-        if (r < 0)
-                return r;
-        _cleanup_close_ int fd = socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0)
-                return -errno;
-        int one = 1;
-        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, (struct sockaddr *)&a, al) < 0 || listen(fd, 128) < 0)
-                return -errno;
-        s->tcp_fd = TAKE_FD(fd);
-        return 0;
-}
-
 static void close_reset(int *fd) {
         ntfs_closep(fd);
         *fd = -1;
@@ -1445,7 +1411,7 @@ int ntfs_http_server_start(ntfs_http_server *s) {
                 unlink(s->path);
                 return r;
         }
-        if (s->cfg.tcp_listen && (r = listen_tcp(s)) < 0) {
+        if (s->cfg.tcp_listen && (r = ntfs_tcp_listen(s->cfg.tcp_listen, &s->tcp_fd)) < 0) {
                 close_reset(&s->wake[0]);
                 close_reset(&s->wake[1]);
                 unlink(s->path);

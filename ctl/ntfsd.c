@@ -632,7 +632,7 @@ static void *auto_main(void *arg) {
 static void usage(FILE *f) {
         fprintf(f, "Usage: ntfsd [--store DIR] [--socket PATH] [--socket-group GROUP] [-f|--foreground]\n"
                    "             [--log-level LEVEL] [--policy FILE] [--env-file FILE] [--jail PATH]\n"
-                   "             [--listen ADDR:PORT]\n"
+                   "             [--listen ADDR:PORT] [--log-file PATH] [--log-target TARGET]\n"
                    "\n"
                    "The ntfs daemon: owns one store, serves its control socket and its mounts.\n"
                    "  --store DIR       store folder (default: $NTFS_STORE, else ./.store)\n"
@@ -640,7 +640,15 @@ static void usage(FILE *f) {
                    "  --socket-group G  the socket is mode 0660 and group G (a name or a number),\n"
                    "                    so G's members may drive the daemon; default: mode 0600\n"
                    "  -f, --foreground  stay in the foreground (the only mode in this version)\n"
-                   "  --log-level L     error, warn, info (default) or debug\n"
+                   "  --log-level L     error, warn, info (default) or debug; info has one line per\n"
+                   "                    API request: method, path, status, duration, session\n"
+                   "  --log-file PATH   also append every log line to PATH (reopened on SIGHUP,\n"
+                   "                    for logrotate)\n"
+                   "  --log-target T    stderr, or journald: the systemd journal's native protocol,\n"
+                   "                    with fields SESSION, REQUEST_ID and EFFECT_ID (socket:\n"
+                   "                    $NTFS_JOURNAL_SOCKET, for tests, else\n"
+                   "                    /run/systemd/journal/socket); default: journald when\n"
+                   "                    $JOURNAL_STREAM says stderr is the journal, else stderr\n"
                    "  --policy FILE     policy file (docs/policy.md); default: the built-in registry\n"
                    "  --env-file FILE   .env-style file with ANTHROPIC_API_KEY etc. (gateway credentials)\n"
                    "  --jail PATH       the ntfs-jail helper (default: $NTFS_JAIL, else next to ntfsd,\n"
@@ -650,7 +658,8 @@ static void usage(FILE *f) {
                    "                    checked through the kernel's socket table (docs/protocol.md)\n"
                    "  -h, --help        this text\n"
                    "Under systemd (Type=notify) it sends READY=1 once the socket listens.\n"
-                   "SIGTERM or SIGINT: unmount everything, flush the store, exit 0.\n");
+                   "SIGTERM or SIGINT: unmount everything, flush the store, exit 0.\n"
+                   "SIGHUP: reopen the --log-file.\n");
 }
 
 static char *find_jail(const char *argv0) {
@@ -706,10 +715,11 @@ int main(int argc, char **argv) {
                 { "jail", required_argument, NULL, 'j' },     { "help", no_argument, NULL, 'h' },
                 { "listen", required_argument, NULL, 'L' },
                 { "socket-group", required_argument, NULL, 'g' },
+                { "log-file", required_argument, NULL, 'F' }, { "log-target", required_argument, NULL, 'T' },
                 { NULL, 0, NULL, 0 },
         };
         const char *store = getenv("NTFS_STORE"), *sock = getenv("NTFS_SOCKET"), *policy = NULL, *envf = NULL,
-                   *jail = NULL, *listen_tcp = NULL;
+                   *jail = NULL, *listen_tcp = NULL, *log_file = NULL, *log_target = NULL;
         gid_t sock_group = 0;
         bool has_group = false;
         int c;
@@ -765,6 +775,16 @@ int main(int argc, char **argv) {
                         }
                         has_group = true;
                         break;
+                case 'F':
+                        log_file = optarg;
+                        break;
+                case 'T':
+                        if (strcmp(optarg, "stderr") != 0 && strcmp(optarg, "journald") != 0) {
+                                fprintf(stderr, "ntfsd: --log-target: 'stderr' or 'journald', not '%s'\n", optarg);
+                                return 2;
+                        }
+                        log_target = optarg;
+                        break;
                 case 'h':
                         usage(stdout);
                         return 0;
@@ -779,6 +799,21 @@ int main(int argc, char **argv) {
         }
         if (!store || !*store)
                 store = ".store";
+        if (log_file && (c = ntfs_log_open_file(log_file)) < 0) {
+                fprintf(stderr, "ntfsd: --log-file %s: %s\n", log_file, ntfs_strerror(c));
+                return 1;
+        }
+        if (log_target ? strcmp(log_target, "journald") == 0 : ntfs_log_stderr_is_journal()) {
+                if ((c = ntfs_log_open_journal(NULL, "ntfsd")) < 0) {
+                        if (log_target) {
+                                fprintf(stderr, "ntfsd: --log-target journald: cannot reach the journal: %s\n",
+                                        ntfs_strerror(c));
+                                return 1;
+                        }
+                        log_warn("the journal's socket cannot be reached (%s): logging to stderr",
+                                 ntfs_strerror(c));
+                }
+        }
 
         /* Signals are handled by the main thread only. */
         sigset_t set;
@@ -876,7 +911,16 @@ int main(int argc, char **argv) {
                 log_warn("cannot tell systemd we are ready: %s", ntfs_strerror(r));
 
         int sig = 0;
-        sigwait(&set, &sig);
+        for (;;) {
+                sigwait(&set, &sig);
+                if (sig != SIGHUP)
+                        break;
+                /* logrotate moved the file: a new one at the same path */
+                if ((r = ntfs_log_reopen()) < 0)
+                        log_warn("SIGHUP: cannot reopen the log file: %s", ntfs_strerror(r));
+                else
+                        log_info("SIGHUP: log file reopened");
+        }
         log_info("signal %d: shutting down", sig);
         (void)ntfs_sd_notify("STOPPING=1");
 
@@ -922,5 +966,6 @@ int main(int argc, char **argv) {
         pthread_mutex_destroy(&D.lock);
         pthread_cond_destroy(&D.claims_cv);
         log_info("stopped");
+        ntfs_log_close();
         return 0;
 }

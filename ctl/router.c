@@ -353,3 +353,8 @@ int ntfs_router_lookup(const ntfs_router *r, const char *method, const char *raw
         }
         return 0;
 }
+
+const char *ntfs_router_session_param(const char *pattern) {
+        const char *p = strchr(pattern, ' '); /* "METHOD /path" */
+        return p && strncmp(p + 1, "/v1/sessions/{name}", 19) == 0 ? "name" : "session";
+}

@@ -61,6 +61,10 @@ struct ntfs_route {
 /* Adds the n routes in order; stops at the first error and returns it. */
 int ntfs_router_add_table(ntfs_router *r, const struct ntfs_route *routes, size_t n);
 
+/* The path parameter that names the request's session, for the logs:
+ * "name" in /v1/sessions/{name}..., else "session" (absent in most). */
+const char *ntfs_router_session_param(const char *pattern);
+
 /* Looks up method + raw_path (percent-encoded, no query).
  *   0                 match filled in
  *   -NTFS_ENOTFOUND   no route has this path (404)

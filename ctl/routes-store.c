@@ -29,7 +29,8 @@ static int h_status(void *ud, const ntfs_http_request *req, ntfs_http_response *
         int r = ntfs_store_stats(D.st, &ss);
         if (r < 0)
                 return d_fail(resp, r, "status");
-        json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:{s:i, s:b, s:b, s:b, s:b}}",
+        json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:{s:i, s:b, s:b, s:b, s:b}, "
+                              "s:{s:I, s:I, s:I, s:I, s:I}}",
                               "version", NTFSD_VERSION, "store", D.store_dir, "pid", (int)getpid(), "sessions",
                               (json_int_t)ss.sessions, "tags", (json_int_t)ss.tags, "objects",
                               (json_int_t)ss.objects, "used_bytes", (json_int_t)ss.used_bytes, "data_bytes",
@@ -37,7 +38,10 @@ static int h_status(void *ud, const ntfs_http_request *req, ntfs_http_response *
                               "mounts",
                               d_mounts_json(), "jail", "cgroup_version", D.caps.cgroup_version, "memory",
                               D.caps.cgroup_memory, "pids", D.caps.cgroup_pids, "cpu", D.caps.cgroup_cpu,
-                              "seccomp", D.caps.seccomp);
+                              "seccomp", D.caps.seccomp, "space", "live_bytes", (json_int_t)ss.live_bytes,
+                              "free_in_file_bytes", (json_int_t)ss.free_bytes, "reclaimable_bytes",
+                              (json_int_t)ss.reclaimable_bytes, "file_bytes", (json_int_t)ss.file_bytes,
+                              "disk_bytes", (json_int_t)ss.disk_bytes);
         return d_reply(resp, 200, o);
 }
 
@@ -485,6 +489,167 @@ static int h_fsck(void *ud, const ntfs_http_request *req, ntfs_http_response *re
         return d_reply(resp, 200, o);
 }
 
+/* ---- compact ---------------------------------------------------------------------- */
+
+/* The compaction running, for GET /v1/compact/progress/{id}: the copy's
+ * size as LMDB writes it, against the live bytes. One at a time (the store
+ * lock serializes them anyway). */
+static struct {
+        pthread_mutex_t mu;
+        bool running;
+        char id[72];
+        char path[PATH_MAX];
+        uint64_t total;
+        int64_t t0;
+} compact_state = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static void compact_started(const char *copy_path, uint64_t total, void *ud) {
+        pthread_mutex_lock(&compact_state.mu);
+        snprintf(compact_state.path, sizeof compact_state.path, "%s", copy_path);
+        compact_state.total = total;
+        pthread_mutex_unlock(&compact_state.mu);
+}
+
+/* A mount taken down for a compaction, to be made again after it. */
+struct remount {
+        char *mp, *session, *at;
+        bool ro, relatime;
+        double idle, maxi;
+};
+
+/* --remount: the clients' mounts (none internal: a running command's is
+ * left, and the compaction then refused) are unmounted; returns how many. */
+static size_t remount_take(struct remount *rm, size_t max) {
+        size_t n = 0;
+        pthread_mutex_lock(&D.lock);
+        for (struct dmount *m = D.mounts; m && n < max; m = m->next)
+                if (!m->internal && !atomic_load(&m->exited)) {
+                        rm[n] = (struct remount){ .mp = strdup(m->mountpoint),
+                                                  .session = m->session ? strdup(m->session) : NULL,
+                                                  .at = m->at ? strdup(m->at) : NULL, .ro = m->ro,
+                                                  .relatime = m->relatime, .idle = m->auto_idle,
+                                                  .maxi = m->auto_max };
+                        if (rm[n].mp && (rm[n].session || rm[n].at))
+                                n++;
+                        else {
+                                free(rm[n].mp);
+                                free(rm[n].session);
+                                free(rm[n].at);
+                        }
+                }
+        pthread_mutex_unlock(&D.lock);
+        for (size_t i = 0; i < n; i++) {
+                struct dmount *m = d_mount_take(rm[i].mp);
+                int r = m ? d_mount_stop(m) : 0;
+                if (r < 0)
+                        log_warn("compact: unmount %s: %s", rm[i].mp, ntfs_strerror(r));
+        }
+        return n;
+}
+
+/* Mounts again what remount_take() unmounted; the failures are listed. */
+static json_t *remount_give(struct remount *rm, size_t n) {
+        json_t *failed = json_array();
+        for (size_t i = 0; i < n; i++) {
+                int r = d_mount_add(rm[i].session ? rm[i].session : rm[i].at, rm[i].at, rm[i].mp, rm[i].ro, false,
+                                    rm[i].idle, rm[i].maxi, rm[i].relatime, NULL);
+                if (r < 0) {
+                        log_warn("compact: cannot mount %s again: %s", rm[i].mp, ntfs_strerror(r));
+                        json_array_append_new(failed, json_pack("{s:s, s:s}", "mountpoint", rm[i].mp, "error",
+                                                                ntfs_strerror(r)));
+                }
+                free(rm[i].mp);
+                free(rm[i].session);
+                free(rm[i].at);
+        }
+        return failed;
+}
+
+#define REMOUNT_MAX 256
+
+static int h_compact(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
+        static const char *const keys[] = { "progress", "remount", NULL };
+        const char *pid = NULL;
+        int r = d_check_keys(req, resp, keys);
+        if (r < 0 || (r = d_want_string(req, resp, "progress", false, &pid)) < 0)
+                return r;
+        if (pid && !d_op_id_valid(pid))
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "'progress' must be 1..64 of [A-Za-z0-9_-]");
+        json_t *rmv = req->json ? json_object_get(req->json, "remount") : NULL;
+        if (rmv && !json_is_boolean(rmv))
+                return ntfs_http_error(resp, -NTFS_EBADREQ, "'remount' must be true or false");
+        pthread_mutex_lock(&compact_state.mu);
+        if (compact_state.running) {
+                pthread_mutex_unlock(&compact_state.mu);
+                return ntfs_http_error_code(resp, 409, "busy", "a compaction is running");
+        }
+        compact_state.running = true;
+        snprintf(compact_state.id, sizeof compact_state.id, "%s", pid ? pid : "");
+        compact_state.path[0] = 0;
+        compact_state.total = 0;
+        compact_state.t0 = ntfs_mono_ns();
+        pthread_mutex_unlock(&compact_state.mu);
+        struct remount *rm = json_is_true(rmv) ? calloc(REMOUNT_MAX, sizeof *rm) : NULL;
+        size_t nrm = rm ? remount_take(rm, REMOUNT_MAX) : 0;
+        struct ntfs_compact_result cr;
+        int64_t t0 = ntfs_mono_ns();
+        r = json_is_true(rmv) && !rm ? -ENOMEM : ntfs_store_compact(D.st, compact_started, NULL, &cr);
+        double secs = (double)(ntfs_mono_ns() - t0) / 1e9;
+        json_t *failed = rm ? remount_give(rm, nrm) : NULL;
+        bool remounted = rm != NULL;
+        free(rm);
+        pthread_mutex_lock(&compact_state.mu);
+        compact_state.running = false;
+        pthread_mutex_unlock(&compact_state.mu);
+        if (r == -EBUSY) {
+                json_decref(failed);
+                return ntfs_http_error_code(resp, 409, "busy",
+                                            json_is_true(rmv)
+                                                    ? "a command is running in the store (its internal mount is "
+                                                      "open); run compact again when it has ended"
+                                                    : "the store has mounts or views open; compaction needs none: "
+                                                      "unmount them (ntfs-ctl mounts, ntfs-ctl umount) or use "
+                                                      "ntfs-ctl compact --remount");
+        }
+        if (r < 0) {
+                json_decref(failed);
+                return d_fail(resp, r, "compact");
+        }
+        log_info("compact: data.mdb %" PRIu64 " -> %" PRIu64 " bytes on disk in %.1fs", cr.disk_before,
+                 cr.disk_after, secs);
+        json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:f}", "file_bytes_before", (json_int_t)cr.file_before,
+                              "file_bytes_after", (json_int_t)cr.file_after, "disk_bytes_before",
+                              (json_int_t)cr.disk_before, "disk_bytes_after", (json_int_t)cr.disk_after,
+                              "freed_bytes",
+                              (json_int_t)(cr.disk_before > cr.disk_after ? cr.disk_before - cr.disk_after : 0),
+                              "seconds", secs);
+        if (o && remounted) {
+                json_object_set_new(o, "remounted", json_integer((json_int_t)(nrm - json_array_size(failed))));
+                json_object_set_new(o, "remount_failed", failed);
+                failed = NULL;
+        }
+        json_decref(failed);
+        return d_reply(resp, 200, o);
+}
+
+static int h_compact_progress(void *ud, const ntfs_http_request *req, ntfs_http_response *resp) {
+        const char *id = d_param(req, "id");
+        pthread_mutex_lock(&compact_state.mu);
+        bool found = compact_state.running && id && compact_state.id[0] && strcmp(id, compact_state.id) == 0;
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s", compact_state.path);
+        uint64_t total = compact_state.total;
+        double elapsed = (double)(ntfs_mono_ns() - compact_state.t0) / 1e9;
+        pthread_mutex_unlock(&compact_state.mu);
+        if (!found)
+                return ntfs_http_error(resp, -NTFS_ENOTFOUND, "no compaction running with progress id '%.80s'",
+                                       id ? id : "");
+        struct stat sb;
+        uint64_t bytes = path[0] && stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+        return d_reply(resp, 200, json_pack("{s:s, s:I, s:I, s:f}", "op", "compact", "bytes", (json_int_t)bytes,
+                                          "total_bytes", (json_int_t)total, "elapsed", elapsed));
+}
+
 int routes_store_register(ntfs_router *rt) {
         static const struct ntfs_route routes[] = {
                 { "GET /v1/status", h_status, 0 },
@@ -506,6 +671,8 @@ int routes_store_register(ntfs_router *rt) {
                 { "POST /v1/mounts/unmount", h_unmount, 0 },
                 { "POST /v1/gc", h_gc, 0 },
                 { "POST /v1/fsck", h_fsck, 0 },
+                { "POST /v1/compact", h_compact, 0 },
+                { "GET /v1/compact/progress/{id}", h_compact_progress, 0 },
         };
         return ntfs_router_add_table(rt, routes, ARRAY_SIZE(routes));
 }

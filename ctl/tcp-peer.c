@@ -11,11 +11,13 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <grp.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +80,44 @@ int ntfs_tcp_parse_listen(const char *spec, struct sockaddr_storage *ret, sockle
                 return -EINVAL;
         }
         return loopback(ret) ? 0 : -EPERM;
+}
+
+bool ntfs_tcp_uid_allowed(uid_t uid, bool has_group, gid_t group) {
+        if (uid == 0 || uid == geteuid())
+                return true;
+        if (!has_group)
+                return false;
+        struct passwd pw, *pwp = NULL;
+        char buf[4096];
+        if (getpwuid_r(uid, &pw, buf, sizeof buf, &pwp) != 0 || !pwp)
+                return false;
+        if (pw.pw_gid == group)
+                return true;
+        gid_t groups[256];
+        int n = 256;
+        if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &n) < 0)
+                return false;
+        for (int i = 0; i < n; i++)
+                if (groups[i] == group)
+                        return true;
+        return false;
+}
+
+int ntfs_tcp_listen(const char *spec, int *ret_fd) {
+        struct sockaddr_storage a;
+        socklen_t al;
+        int r = ntfs_tcp_parse_listen(spec, &a, &al);
+        if (r < 0)
+                return r;
+        _cleanup_close_ int fd = socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return -errno;
+        int one = 1;
+        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, (struct sockaddr *)&a, al) < 0 || listen(fd, 128) < 0)
+                return -errno;
+        *ret_fd = TAKE_FD(fd);
+        return 0;
 }
 
 int ntfs_tcp_peer_uid(int fd, uid_t *ret) {

@@ -5,6 +5,7 @@
 #ifndef NTFS_CTL_TCP_PEER_H
 #define NTFS_CTL_TCP_PEER_H
 
+#include <stdbool.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -18,5 +19,14 @@ int ntfs_tcp_parse_listen(const char *spec, struct sockaddr_storage *ret, sockle
  * fd, found through NETLINK_SOCK_DIAG. -EPERM when the peer is not on
  * loopback, -ENOENT when the kernel no longer knows the socket, or -errno. */
 int ntfs_tcp_peer_uid(int fd, uid_t *ret);
+
+/* May the owner of a loopback TCP client socket use a server whose Unix
+ * socket only these may open: root, this process's uid, and with has_group
+ * a member of group (primary or supplementary). */
+bool ntfs_tcp_uid_allowed(uid_t uid, bool has_group, gid_t group);
+
+/* Binds and listens on spec (ntfs_tcp_parse_listen's form); *ret_fd is the
+ * non-blocking listening socket. */
+int ntfs_tcp_listen(const char *spec, int *ret_fd);
 
 #endif

@@ -215,6 +215,7 @@ struct ntfs_store {
         bool held_warned;  /* a failure to hold it was logged */
         pthread_t flusher;
         bool flusher_running, stopping;
+        bool broken; /* a compaction could not reopen the environment (env NULL) */
         pthread_cond_t cond;
         struct ntfs_ws *wss;   /* open workspace handles */
         struct wsdata *wsd;    /* open working data files (wsdata.c) */

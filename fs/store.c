@@ -104,6 +104,8 @@ static int grow_map_if_needed(ntfs_store *st) {
 static int txn_begin(ntfs_store *st) {
         if (st->txn)
                 return 0;
+        if (!st->env)
+                return -EIO; /* broken by a failed compaction */
         int rc = grow_map_if_needed(st);
         if (rc < 0)
                 return rc;
@@ -142,6 +144,8 @@ static int commit_err(ntfs_store *st, int rc) {
 
 int store_commit_locked(ntfs_store *st, bool durable) {
         int r = 0;
+        if (!st->env)
+                return -EIO;
         if (st->txn) {
                 if (st->txn_broken)
                         r = -EIO;
@@ -363,6 +367,19 @@ static void reserve_hold(ntfs_store *st) {
         pthread_mutex_unlock(&st->lock);
         int r = fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)hwm, (off_t)len) < 0 ? -errno : 0;
         store_lock(st);
+        if (r < 0 && r != -EOPNOTSUPP && !st->held_ok) {
+                /* A failed fallocate may keep what it allocated past the end
+                 * (ext4 does): on a small disk that filled it, the journal
+                 * could not open and every later start met the same full
+                 * disk. Truncating to the same length gives back the blocks
+                 * past it; under the lock, so that no commit extends the
+                 * file meanwhile. syncfs commits ext4's journal: blocks
+                 * freed are not handed out again before (the journal's own
+                 * file, created next, met ENOSPC). */
+                struct stat sb;
+                if (fstat(fd, &sb) < 0 || ftruncate(fd, sb.st_size) < 0 || syncfs(fd) < 0)
+                        log_debug("store: cannot release a partial reserve: %s", strerror(errno));
+        }
         if (r == -EOPNOTSUPP) {
                 st->held_nosup = true;
                 st->held_ok = false;
@@ -831,7 +848,6 @@ int wsid_reclaim_all(ntfs_store *st, uint64_t *ret_count) {
         return 0;
 }
 
-/* ---- open / close ----------------------------------------------------------------- */
 
 const char *ntfs_store_dir(const ntfs_store *st) { return st->dir; }
 
@@ -976,6 +992,157 @@ static void icache_unmap(struct ino_cache_slot *c) {
                 (void)munmap(c, icache_bytes());
 }
 
+/* ---- space and compaction ------------------------------------------------------------ */
+
+/* The pages on LMDB's freelist (the free database, dbi 0: each record an
+ * IDL, its first word the count of page numbers after it), as the batch
+ * sees it. With MDB_NOLOCK and no other reader every one is reusable. */
+static int free_page_count(ntfs_store *st, uint64_t *ret, uint64_t *ret_psize) {
+        MDB_stat ms;
+        int rc = mdb_env_stat(st->env, &ms);
+        if (rc)
+                return lmdb_err(rc);
+        *ret_psize = ms.ms_psize;
+        /* LMDB opens no cursor on the free database in a write transaction:
+         * a read-only one (MDB_NOLOCK, MDB_NOTLS: beside the batch) sees the
+         * last commit's freelist */
+        MDB_txn *rt;
+        if ((rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &rt)))
+                return lmdb_err(rc);
+        MDB_cursor *cur;
+        if ((rc = mdb_cursor_open(rt, 0, &cur))) {
+                mdb_txn_abort(rt);
+                return lmdb_err(rc);
+        }
+        uint64_t n = 0;
+        MDB_val k, v;
+        for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+                if (v.mv_size >= sizeof(size_t)) {
+                        size_t c;
+                        memcpy(&c, v.mv_data, sizeof c);
+                        n += c;
+                }
+        mdb_cursor_close(cur);
+        mdb_txn_abort(rt);
+        if (rc != MDB_NOTFOUND)
+                return lmdb_err(rc);
+        *ret = n;
+        return 0;
+}
+
+static void data_file_sizes(const ntfs_store *st, uint64_t *file, uint64_t *disk) {
+        char path[PATH_MAX];
+        struct stat sb;
+        *file = *disk = 0;
+        if (snprintf(path, sizeof path, "%s/data.mdb", st->dir) < (int)sizeof path && stat(path, &sb) == 0) {
+                *file = (uint64_t)sb.st_size;
+                *disk = (uint64_t)sb.st_blocks * 512;
+        }
+}
+
+static int env_open(ntfs_store *st) {
+        int rc = mdb_env_create(&st->env);
+        if (rc) {
+                st->env = NULL;
+                return lmdb_err(rc);
+        }
+        if ((rc = mdb_env_set_mapsize(st->env, st->map_bytes)) || (rc = mdb_env_set_maxdbs(st->env, 16)) ||
+            (rc = mdb_env_open(st->env, st->dir, MDB_NOLOCK | MDB_NOMETASYNC | MDB_NOTLS, 0600)))
+                return lmdb_err(rc);
+        return 0;
+}
+
+int ntfs_store_compact(ntfs_store *st, void (*on_start)(const char *copy_path, uint64_t total, void *ud), void *ud,
+                       struct ntfs_compact_result *ret) {
+        char tmp[PATH_MAX], dst[PATH_MAX];
+        if (snprintf(tmp, sizeof tmp, "%s/data.mdb.compact", st->dir) >= (int)sizeof tmp ||
+            snprintf(dst, sizeof dst, "%s/data.mdb", st->dir) >= (int)sizeof dst)
+                return -ENAMETOOLONG;
+        memset(ret, 0, sizeof *ret);
+        store_lock(st);
+        if (st->wss || st->broken) {
+                pthread_mutex_unlock(&st->lock);
+                return st->broken ? -EIO : -EBUSY;
+        }
+        int r = store_commit_locked(st, true);
+        uint64_t hwm = 0, free_pages = 0, psize = 4096;
+        if (r == 0)
+                r = txn_begin(st);
+        if (r == 0)
+                r = lmdb_hwm(st, &hwm);
+        if (r == 0)
+                r = free_page_count(st, &free_pages, &psize);
+        if (r == 0)
+                r = store_commit_locked(st, false); /* no write transaction during the copy */
+        if (r < 0) {
+                pthread_mutex_unlock(&st->lock);
+                return r;
+        }
+        data_file_sizes(st, &ret->file_before, &ret->disk_before);
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0) {
+                r = -errno;
+                pthread_mutex_unlock(&st->lock);
+                return r;
+        }
+        if (on_start)
+                on_start(tmp, hwm > free_pages * psize ? hwm - free_pages * psize : hwm, ud);
+        int rc = mdb_env_copyfd2(st->env, fd, MDB_CP_COMPACT);
+        r = rc ? lmdb_err(rc) : 0;
+        if (r == 0 && fsync(fd) < 0)
+                r = -errno;
+        if (close(fd) < 0 && r == 0)
+                r = -errno;
+        if (r == 0)
+                r = NTFS_FAULT("store.compact.copy");
+        if (r < 0) {
+                (void)unlink(tmp);
+                pthread_mutex_unlock(&st->lock);
+                return r;
+        }
+        /* The swap: nothing points into the environment (no handle, no
+         * transaction, the lock held). The rename is atomic: a crash leaves
+         * either file in place, and the next open finds a whole store. */
+        mdb_env_close(st->env);
+        st->env = NULL;
+        st->held_ok = false; /* the reserve went with the old file's blocks */
+        if (rename(tmp, dst) < 0) {
+                r = -errno;
+                (void)unlink(tmp);
+        }
+        if (r == 0) {
+                int dfd = open(st->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (dfd >= 0) {
+                        (void)fsync(dfd);
+                        close(dfd);
+                }
+        }
+        int r2 = env_open(st);
+        if (r2 == 0)
+                r2 = txn_begin(st);
+        if (r2 == 0)
+                r2 = open_dbs(st);
+        if (r2 == 0)
+                r2 = store_commit_locked(st, true);
+        else if (st->txn)
+                store_abort_locked(st);
+        store_caches_drop(st);
+        if (r2 < 0) {
+                /* the environment cannot be used: everything fails with EIO
+                 * until a restart opens the store again */
+                st->broken = true;
+                log_error("store: cannot reopen %s after compaction: %s", dst, ntfs_strerror(r2));
+                pthread_mutex_unlock(&st->lock);
+                return r2;
+        }
+        reserve_hold(st);
+        data_file_sizes(st, &ret->file_after, &ret->disk_after);
+        pthread_mutex_unlock(&st->lock);
+        return r;
+}
+
+/* ---- open / close ----------------------------------------------------------------- */
+
 int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_store **ret) {
         struct ntfs_store_opts o = { 0 };
         if (opts)
@@ -1000,6 +1167,9 @@ int ntfs_store_open(const char *dir, const struct ntfs_store_opts *opts, ntfs_st
         st->dir = realpath(dir, NULL);
         if (!st->dir)
                 return -errno;
+        /* a compaction's copy that a crash left: data.mdb is whole either way */
+        if (snprintf(path, sizeof path, "%s/data.mdb.compact", st->dir) < (int)sizeof path && unlink(path) == 0)
+                log_info("store: removed an unfinished compaction's copy");
         st->map_bytes = o.initial_map_bytes ? o.initial_map_bytes : DEFAULT_MAP_BYTES;
         st->reserve_bytes = o.reserve_bytes ? o.reserve_bytes : DEFAULT_RESERVE;
         pthread_mutex_init(&st->lock, NULL);
@@ -1133,6 +1303,13 @@ int ntfs_store_stats(ntfs_store *st, struct ntfs_store_stats *ret) {
         if (lmdb_hwm(st, &ret->used_bytes) < 0)
                 ret->used_bytes = 0;
         ret->data_reusable_bytes = wsdata_pool_bytes(st, UINT64_MAX);
+        uint64_t free_pages = 0, psize = 4096;
+        if (free_page_count(st, &free_pages, &psize) == 0) {
+                ret->free_bytes = free_pages * psize;
+                ret->live_bytes = ret->used_bytes > ret->free_bytes ? ret->used_bytes - ret->free_bytes : 0;
+        }
+        data_file_sizes(st, &ret->file_bytes, &ret->disk_bytes);
+        ret->reclaimable_bytes = ret->file_bytes > ret->live_bytes ? ret->file_bytes - ret->live_bytes : 0;
         store_leave(st);
         ret->data_bytes = wsdata_disk_bytes(st);
         /* an upper bound either way: shown as at most what the files take */

@@ -265,8 +265,29 @@ struct ntfs_store_stats {
         uint64_t used_bytes; /* LMDB's data file, up to its high-water mark */
         uint64_t data_bytes; /* disk space of the working data files (file content written since checkpoints) */
         uint64_t data_reusable_bytes; /* of which freed, kept for reuse until the store pauses (at most) */
+        /* data.mdb's space (docs/store.md, "Space and compaction"): */
+        uint64_t live_bytes;        /* pages in use (the high-water mark less the free pages) */
+        uint64_t free_bytes;        /* free pages inside the file, reused by later writes */
+        uint64_t file_bytes;        /* data.mdb's length */
+        uint64_t disk_bytes;        /* data.mdb's blocks on disk, the held reserve included (du) */
+        uint64_t reclaimable_bytes; /* what compaction would give back: file_bytes - live_bytes */
 };
 int ntfs_store_stats(ntfs_store *st, struct ntfs_store_stats *ret);
+
+/* Compaction: writes a copy of data.mdb without its free pages
+ * (mdb_env_copyfd2 with MDB_CP_COMPACT) to DIR/data.mdb.compact, then, with
+ * the store's lock held throughout, puts it in place of data.mdb and reopens
+ * the environment. Refused with -EBUSY while any ntfs_ws handle is open (a
+ * mount, a view): they point into the environment. The copy's name is
+ * given first to on_start (for a progress reader: its size as it grows,
+ * against total, the live bytes). Fills *ret with the sizes before and
+ * after (disk_bytes and file_bytes). A failure before the swap leaves the
+ * store as it was; the swap itself is a rename. */
+struct ntfs_compact_result {
+        uint64_t file_before, file_after, disk_before, disk_after;
+};
+int ntfs_store_compact(ntfs_store *st, void (*on_start)(const char *copy_path, uint64_t total, void *ud), void *ud,
+                       struct ntfs_compact_result *ret);
 
 /* ---- the working state (used by the FUSE layer) ------------------------
  *

@@ -2,11 +2,13 @@
  * effects.c — the write-ahead effect rows: begin (intent), finish, queries.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/cleanup.h"
 #include "common/err.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "journal/journal-internal.h"
 #include "common/banned.h"
@@ -183,6 +185,11 @@ int ntfs_journal_effect_begin(ntfs_journal *j, const struct ntfs_effect_intent *
                 return r < 0 ? r : -EIO;
         if ((r = jr_txn_commit(&t, "journal.begin")) < 0)
                 return r;
+        { /* the thread's log lines name the effect from here on */
+                char eid[24];
+                snprintf(eid, sizeof eid, "%lld", (long long)id);
+                ntfs_log_ctx_effect(eid);
+        }
         if (ret) {
                 *ret = e;
                 memset(&e, 0, sizeof e);

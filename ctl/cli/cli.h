@@ -187,6 +187,7 @@ int cmd_conversation(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_status(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_quota(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_gc(struct ctx *c, const struct cmd *cmd, struct args *a);
+int cmd_compact(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_fsck(struct ctx *c, const struct cmd *cmd, struct args *a);
 int cmd_api(struct ctx *c, const struct cmd *cmd, struct args *a);
 

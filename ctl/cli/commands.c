@@ -58,6 +58,8 @@ static const struct flagspec push_flags[] = { { "tags", 0, false }, { "quiet", '
 static const struct flagspec pull_flags[] = { { "merge", 0, false }, { "quiet", 'q', false }, { NULL, 0, false } };
 static const struct flagspec clone_flags[] = { { "quiet", 'q', false }, { NULL, 0, false } };
 static const struct flagspec web_flags[] = { { "port", 'p', true }, { NULL, 0, false } };
+static const struct flagspec compact_flags[] = { { "quiet", 'q', false }, { "remount", 0, false },
+                                                 { NULL, 0, false } };
 static const struct flagspec prune_flags[] = { { "grace", 0, true }, { "dry-run", 'n', false }, { NULL, 0, false } };
 
 /* ---- the table ------------------------------------------------------------------ */
@@ -72,8 +74,11 @@ const struct cmd cli_commands[] = {
                         "tags and objects, the size of the store's database (objects:, in brackets),\n"
                         "the disk space of the working data files (working data: file content written\n"
                         "since the last checkpoints; in brackets, how much of it is freed content\n"
-                        "kept for reuse, given back once the store is idle), the jail's cgroup\n"
-                        "controls and every mount.\n"
+                        "kept for reuse, given back once the store is idle), the store file's\n"
+                        "space (store file: the live bytes, the free pages inside the file that\n"
+                        "later writes reuse, what 'ntfs-ctl compact' would give back, and its size\n"
+                        "on disk with the held reserve), the jail's cgroup controls and every\n"
+                        "mount.\n"
                         "\nExample:\n  ntfs-ctl status\n",
                 .flags = no_flags,
                 .min_pos = 0,
@@ -425,6 +430,32 @@ const struct cmd cli_commands[] = {
                 .min_pos = 0,
                 .max_pos = 0,
                 .run = cmd_gc,
+        },
+        {
+                .name = "compact",
+                .group = CLI_GROUP_STORE,
+                .synopsis = "[--remount] [-q]",
+                .summary = "give the store's free space back to the file system",
+                .help = "The store's LMDB file (data.mdb) never shrinks by itself: the pages gc and\n"
+                        "ended sessions free are reused by later writes but stay in the file\n"
+                        "('reclaimable' in status). compact writes a copy of the file without them,\n"
+                        "puts it in place of the old one and reopens the store, inside the daemon.\n"
+                        "It needs the space of the live data free on the same file system while it\n"
+                        "runs, and the store to be idle: the daemon refuses it (409, code busy)\n"
+                        "while any session is mounted (internal mounts of running commands\n"
+                        "included). The offline procedure is then: ntfs-ctl mounts, ntfs-ctl umount\n"
+                        "each, ntfs-ctl gc, ntfs-ctl compact, mount again; --remount has the daemon\n"
+                        "do it: it unmounts the clients' mounts, compacts and mounts them again with\n"
+                        "their options (files open in them are lost to their programs; a running\n"
+                        "command still makes it refuse). API calls wait while it runs. Prints the\n"
+                        "bytes on disk before and after. A progress bar on a terminal.\n"
+                        "\nOptions:\n  --remount    unmount the mounts first and mount them again after\n"
+                        "  -q, --quiet  no progress bar\n"
+                        "\nExample:\n  ntfs-ctl gc && ntfs-ctl compact --remount\n",
+                .flags = compact_flags,
+                .min_pos = 0,
+                .max_pos = 0,
+                .run = cmd_compact,
         },
         {
                 .name = "fsck",

@@ -51,16 +51,18 @@ static void progress_draw(struct progress_bar *pb, const json_t *p) {
         double r = elapsed > 0.2 ? done / elapsed : 0;
         human_bytes((uint64_t)r, rate, sizeof rate);
         fmt_duration(frac > 0 && r > 0 ? (total - done) / r : -1, eta, sizeof eta);
-        char ents[64];
-        if (tentries > 0)
-                snprintf(ents, sizeof ents, "%lld/%lld entries", (long long)entries, (long long)tentries);
+        char ents[72];
+        if (!json_object_get(p, "entries"))
+                ents[0] = 0; /* a compaction: bytes only */
+        else if (tentries > 0)
+                snprintf(ents, sizeof ents, "  %lld/%lld entries", (long long)entries, (long long)tentries);
         else
-                snprintf(ents, sizeof ents, "%lld entries", (long long)entries);
+                snprintf(ents, sizeof ents, "  %lld entries", (long long)entries);
         if (frac >= 0)
-                fprintf(stderr, "\r\033[K%s [%s] %3d%% %s/%s  %s  %s/s  ETA %s", pb->verb, bar, (int)(frac * 100), hb,
+                fprintf(stderr, "\r\033[K%s [%s] %3d%% %s/%s%s  %s/s  ETA %s", pb->verb, bar, (int)(frac * 100), hb,
                         ht, ents, rate, eta);
         else
-                fprintf(stderr, "\r\033[K%s %s  %s  %s/s", pb->verb, hb, ents, rate);
+                fprintf(stderr, "\r\033[K%s %s%s  %s/s", pb->verb, hb, ents, rate);
         fflush(stderr);
         pb->drawn = true;
 }

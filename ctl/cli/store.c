@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * ntfs-ctl's commands about the daemon and the whole store: status, quota,
- * gc, fsck, and api (a raw request).
+ * gc, compact, fsck, and api (a raw request).
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -60,6 +60,21 @@ int cmd_status(struct ctx *c, const struct cmd *cmd, struct args *a) {
                                  human_bytes((uint64_t)re, rb, sizeof rb));
                 }
                 table_add(&t, (const char *[]){ "working data:", wd });
+        }
+        json_t *space = json_object_get(j, "space");
+        if (json_is_object(space)) {
+                json_int_t live = 0, fr = 0, rec = 0, disk = 0;
+                jint(space, "live_bytes", &live);
+                jint(space, "free_in_file_bytes", &fr);
+                jint(space, "reclaimable_bytes", &rec);
+                jint(space, "disk_bytes", &disk);
+                char line[256], s1[64], s2[64], s3[64], s4[64];
+                snprintf(line, sizeof line, "%s live, %s free in the file, %s reclaimable by compact; %s on disk",
+                         human_bytes((uint64_t)NTFS_MAX(live, 0), s1, sizeof s1),
+                         human_bytes((uint64_t)NTFS_MAX(fr, 0), s2, sizeof s2),
+                         human_bytes((uint64_t)NTFS_MAX(rec, 0), s3, sizeof s3),
+                         human_bytes((uint64_t)NTFS_MAX(disk, 0), s4, sizeof s4));
+                table_add(&t, (const char *[]){ "store file:", line });
         }
         json_t *jail = json_object_get(j, "jail");
         if (json_is_object(jail)) {
@@ -147,6 +162,47 @@ int cmd_gc(struct ctx *c, const struct cmd *cmd, struct args *a) {
                 printf("freed %s of %s objects (%s)\n", jscalar(json_object_get(j, "objects_freed"), b1, sizeof b1),
                        jscalar(json_object_get(j, "objects_before"), b2, sizeof b2),
                        human_bytes((uint64_t)NTFS_MAX(freed, 0), hb, sizeof hb));
+        }
+        json_decref(j);
+        return r;
+}
+
+int cmd_compact(struct ctx *c, const struct cmd *cmd, struct args *a) {
+        struct progress_bar pb;
+        progress_start_at(&pb, c, "compacting", "/v1/compact/progress/", false, false,
+                          has_flag(cmd, a, "quiet") || c->json);
+        json_t *body = json_object();
+        if (body && pb.id[0])
+                json_object_set_new(body, "progress", json_string(pb.id));
+        if (body && has_flag(cmd, a, "remount"))
+                json_object_set_new(body, "remount", json_true());
+        json_t *j = NULL;
+        int r = call_full(c, "POST", "/v1/compact", body, 0, &j, NULL, false);
+        progress_stop(&pb);
+        json_decref(body);
+        if (r)
+                return r;
+        if (c->json)
+                r = print_json(j);
+        else {
+                json_int_t before = 0, after = 0;
+                jint(j, "disk_bytes_before", &before);
+                jint(j, "disk_bytes_after", &after);
+                char b1[64], b2[64], b3[64];
+                printf("compacted data.mdb: %s -> %s on disk (%s freed)\n",
+                       human_bytes((uint64_t)NTFS_MAX(before, 0), b1, sizeof b1),
+                       human_bytes((uint64_t)NTFS_MAX(after, 0), b2, sizeof b2),
+                       human_bytes((uint64_t)NTFS_MAX(before - after, 0), b3, sizeof b3));
+                json_int_t nre = 0;
+                if (jint(j, "remounted", &nre) && nre > 0)
+                        printf("mounted again: %" JSON_INTEGER_FORMAT "\n", nre);
+                json_t *failed = json_object_get(j, "remount_failed");
+                size_t i;
+                json_t *f;
+                json_array_foreach(failed, i, f) fprintf(stderr, "ntfs-ctl: could not mount %s again: %s\n",
+                                                          jstr(f, "mountpoint", "?"), jstr(f, "error", "?"));
+                if (json_array_size(failed))
+                        r = 1;
         }
         json_decref(j);
         return r;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -9,6 +10,7 @@
 #include "common/cleanup.h"
 #include "common/err.h"
 #include "common/fault.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "tests/unit/tap.h"
 #include "common/banned.h"
@@ -191,6 +193,64 @@ TEST(sd_notify) {
         ASSERT_EQ(unsetenv("NOTIFY_SOCKET"), 0);
 }
 
+/* The journal's native protocol: one datagram, KEY=VALUE lines, MESSAGE
+ * in the binary form (a length, so that a newline in it is kept), and the
+ * thread's context as SESSION, REQUEST_ID, EFFECT_ID; the file sink gets
+ * the same message with its context, and is reopened at its path. */
+TEST(log_sinks) {
+        char dir[] = "/tmp/ntfs-test-log-XXXXXX";
+        ASSERT(mkdtemp(dir) != NULL);
+        char sock[128], file[128];
+        snprintf(sock, sizeof sock, "%s/j.sock", dir);
+        snprintf(file, sizeof file, "%s/f.log", dir);
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        ASSERT(fd >= 0);
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        memcpy(sa.sun_path, sock, strlen(sock) + 1);
+        ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+        ASSERT_ERR(ntfs_log_open_journal(file, "t"), -ENOENT); /* not there yet: not a socket */
+        ASSERT_OK(ntfs_log_open_journal(sock, "t"));
+        ASSERT_OK(ntfs_log_open_file(file));
+        ntfs_log_ctx_request(7);
+        ntfs_log_ctx_session("alpha");
+        ntfs_log_ctx_effect("12");
+        log_warn("two\nlines");
+        ntfs_log_ctx_clear();
+        log_info("plain");
+        char buf[2048];
+        ssize_t n = recv(fd, buf, sizeof buf - 1, MSG_DONTWAIT);
+        ASSERT(n > 0);
+        buf[n] = 0;
+        ASSERT(memmem(buf, (size_t)n, "PRIORITY=4\n", 11) != NULL);
+        ASSERT(memmem(buf, (size_t)n, "SYSLOG_IDENTIFIER=t\n", 20) != NULL);
+        ASSERT(memmem(buf, (size_t)n, "MESSAGE\n\x09\0\0\0\0\0\0\0two\nlines\n", 8 + 8 + 10) != NULL);
+        ASSERT(memmem(buf, (size_t)n, "SESSION=alpha\n", 14) != NULL);
+        ASSERT(memmem(buf, (size_t)n, "REQUEST_ID=7\n", 13) != NULL);
+        ASSERT(memmem(buf, (size_t)n, "EFFECT_ID=12\n", 13) != NULL);
+        n = recv(fd, buf, sizeof buf - 1, MSG_DONTWAIT);
+        ASSERT(n > 0);
+        ASSERT(memmem(buf, (size_t)n, "SESSION=", 8) == NULL && memmem(buf, (size_t)n, "REQUEST_ID=", 11) == NULL);
+        _cleanup_free_ char *text = NULL;
+        size_t len = 0;
+        ASSERT_OK(ntfs_read_file(file, 1 << 16, &text, &len));
+        ASSERT(strstr(text, " ntfs warn: two\nlines {request=7 session=alpha effect=12}\n") != NULL);
+        ASSERT(strstr(text, " ntfs info: plain\n") != NULL);
+        /* rotated away: the reopen makes a new file at the path */
+        char old[160];
+        snprintf(old, sizeof old, "%s.1", file);
+        ASSERT_EQ(rename(file, old), 0);
+        ASSERT_OK(ntfs_log_reopen());
+        log_info("after");
+        _cleanup_free_ char *text2 = NULL;
+        ASSERT_OK(ntfs_read_file(file, 1 << 16, &text2, &len));
+        ASSERT(strstr(text2, " ntfs info: after\n") != NULL && strstr(text2, "plain") == NULL);
+        ntfs_log_close();
+        ASSERT_EQ(unlink(old), 0);
+        ASSERT_EQ(unlink(file), 0);
+        ASSERT_EQ(unlink(sock), 0);
+        ASSERT_EQ(rmdir(dir), 0);
+}
+
 int main(void) {
         RUN(names);
         RUN(hex_roundtrip);
@@ -201,5 +261,6 @@ int main(void) {
         RUN(fault_actions);
         RUN(text_and_base64);
         RUN(sd_notify);
+        RUN(log_sinks);
         return tap_done();
 }
