@@ -120,6 +120,8 @@ void d_mounts_reap(void);
 /* A read-write mount of session for the jail (made under the store if none). */
 int d_session_mountpoint(const char *session, char **ret);
 void d_flush_session_mounts(const char *session);
+void d_hold_session_mounts(const char *session);
+void d_release_session_mounts(const char *session);
 int d_checkpoint(const char *name, const char *msg, const char *effect, ntfs_hash *h, bool *changed);
 
 /* Policy L1 + L2 for one call of tool in session: checks the persistent

@@ -205,9 +205,11 @@ static int h_fork(void *ud, const ntfs_http_request *req, ntfs_http_response *re
         if ((r = ntfs_session_get(D.st, src, &si)) < 0)
                 return ntfs_http_error(resp, r, "session '%s': %s", src, ntfs_strerror(r));
         if (!at)
-                d_flush_session_mounts(src);
+                d_hold_session_mounts(src);
         ntfs_hash h;
         r = ntfs_fork(D.st, at ? at : src, newname, &h);
+        if (!at)
+                d_release_session_mounts(src);
         if (r < 0)
                 return ntfs_http_error(resp, r, "cannot fork '%s': %s", src, ntfs_strerror(r));
         (void)ntfs_journal_session_create(D.j, newname, (int64_t)req->peer.uid, NULL);

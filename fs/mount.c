@@ -52,6 +52,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fs/fusepool.h"
+#include "fs/mount-flush.h"
 #include "fs/mount.h"
 #include "fs/mount-internal.h"
 #include "common/banned.h"
@@ -545,6 +546,7 @@ static int do_unmount(ntfs_mount *m) {
 static void mount_free(ntfs_mount *m) {
         if (!m)
                 return;
+        mount_wseq_free(m->wseq);
         if (m->se)
                 fuse_session_destroy(m->se);
         for (size_t i = 0; m->ebuckets && i < m->nebuckets; i++)
@@ -647,7 +649,7 @@ int ntfs_mount_stop(ntfs_mount *m) {
         return ret;
 }
 
-static int own_mount_call(const char *mountpoint, dev_t *dev);
+static int own_mount_call(const char *mountpoint, dev_t *dev, dev_t flush_dev);
 
 int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **ret) {
         if (!ws || !o || !o->mountpoint || !ret)
@@ -669,6 +671,10 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
         pthread_condattr_destroy(&ca);
         m->ws = ws;
         m->read_only = o->read_only || ntfs_ws_readonly(ws);
+        if (!m->read_only && !(m->wseq = mount_wseq_new())) {
+                mount_free(m);
+                return -ENOMEM;
+        }
         m->entry_timeout = o->entry_timeout >= 0 ? o->entry_timeout : MOUNT_TIMEOUT;
         m->attr_timeout = o->attr_timeout >= 0 ? o->attr_timeout : MOUNT_TIMEOUT;
         m->max_threads = o->max_threads ? NTFS_MIN(o->max_threads, FUSEPOOL_MAX) : 8;
@@ -789,7 +795,7 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
                 ntfs_mount_stop(m);
                 return -ETIMEDOUT;
         }
-        if (own_mount_call(m->mountpoint, &m->dev) == 0)
+        if (own_mount_call(m->mountpoint, &m->dev, 0) == 0)
                 m->have_dev = true;
         set_readahead(m);
         *ret = m;
@@ -825,7 +831,8 @@ bool ntfs_mount_alive(const ntfs_mount *m) {
  * pages copy-on-write for as long as it lives: big tables written at
  * random are kept out of it (the store's inode cache, MADV_DONTFORK). */
 struct helper_req {
-        char op; /* 's' syncfs, 'd' st_dev */
+        char op;   /* 's' syncfs, 'd' st_dev */
+        dev_t dev; /* 's': the mount's st_dev, 0 unknown (then syncfs only) */
         char path[PATH_MAX];
 };
 struct helper_reply {
@@ -867,14 +874,18 @@ static _Noreturn void helper_main(int fd) {
                                 a.err = errno;
                         if (f >= 0)
                                 close(f);
+                        /* syncfs started the write-back of mapped pages
+                         * but does not wait for it on FUSE (mount-flush.c) */
+                        if (!a.err && q.dev)
+                                (void)mount_flush_mapped(q.dev);
                 }
                 if (send(fd, &a, sizeof a, MSG_NOSIGNAL) != (ssize_t)sizeof a)
                         _exit(0);
         }
 }
 
-static int own_mount_call(const char *mountpoint, dev_t *dev) {
-        struct helper_req q = { .op = dev ? 'd' : 's' };
+static int own_mount_call(const char *mountpoint, dev_t *dev, dev_t flush_dev) {
+        struct helper_req q = { .op = dev ? 'd' : 's', .dev = flush_dev };
         if (strlen(mountpoint) >= sizeof q.path)
                 return -ENAMETOOLONG;
         memcpy(q.path, mountpoint, strlen(mountpoint) + 1);
@@ -930,7 +941,21 @@ int ntfs_mount_flush_kernel(ntfs_mount *m) {
                 return -EINVAL;
         if (!ntfs_mount_alive(m))
                 return 0;
-        return own_mount_call(m->mountpoint, NULL);
+        return own_mount_call(m->mountpoint, NULL, m->have_dev ? m->dev : 0);
+}
+
+int ntfs_mount_hold_writes(ntfs_mount *m) {
+        if (!m)
+                return -EINVAL;
+        int r = ntfs_mount_flush_kernel(m);
+        if (m->wseq)
+                (void)mount_wseq_hold(m->wseq);
+        return r;
+}
+
+void ntfs_mount_release_writes(ntfs_mount *m) {
+        if (m && m->wseq)
+                mount_wseq_release(m->wseq);
 }
 
 void ntfs_mount_get_stats(ntfs_mount *m, struct ntfs_mount_stats *ret) {
