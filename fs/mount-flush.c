@@ -207,6 +207,41 @@ int mount_flush_mapped(dev_t dev) {
 
 /* ---- write(2)s split into several WRITE requests (mount-flush.h) ---------- */
 
+int mount_probe_inodes(int mntfd, const uint64_t *ino, unsigned n, uint32_t gen, uint64_t *ret_stale) {
+        uint64_t stale = 0;
+        for (unsigned i = 0; i < n && i < MOUNT_PROBE_MAX; i++) {
+                /* FUSE's file handle (fuse_encode_fh): FILEID_INO64_GEN, the
+                 * node id's two halves and the generation. Decoded without
+                 * export support for an inode the kernel has in its cache,
+                 * which a writer's inode is; ESTALE otherwise. */
+                struct {
+                        struct file_handle fh;
+                        uint32_t raw[3];
+                } h;
+                h.fh.handle_bytes = sizeof h.raw;
+                h.fh.handle_type = 0x81;
+                h.raw[0] = (uint32_t)(ino[i] >> 32);
+                h.raw[1] = (uint32_t)ino[i];
+                h.raw[2] = gen;
+                int fd = open_by_handle_at(mntfd, &h.fh, O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+                if (fd < 0) {
+                        stale |= 1ull << i;
+                        continue;
+                }
+                /* A write of nothing takes the inode's lock and returns (no
+                 * request): it waits for the write(2) that holds it. */
+                ssize_t r;
+                do
+                        r = pwrite(fd, "", 0, 0);
+                while (r < 0 && errno == EINTR);
+                if (r < 0)
+                        stale |= 1ull << i;
+                close(fd);
+        }
+        *ret_stale = stale;
+        return 0;
+}
+
 #define WSEQ_SLOTS 64
 #define WSEQ_PAGE 4096
 
@@ -247,8 +282,7 @@ void mount_wseq_free(struct mount_wseq *s) {
 
 void mount_wseq_enter(struct mount_wseq *s) { pthread_rwlock_rdlock(&s->apply); }
 
-void mount_wseq_leave(struct mount_wseq *s, uint64_t ino, uint64_t end, bool applied) {
-        bool open = applied && end % WSEQ_PAGE == 0;
+static void wseq_note(struct mount_wseq *s, uint64_t ino, bool open) {
         pthread_mutex_lock(&s->mu);
         int slot = -1, oldest = 0;
         for (int i = 0; i < WSEQ_SLOTS; i++) {
@@ -261,32 +295,40 @@ void mount_wseq_leave(struct mount_wseq *s, uint64_t ino, uint64_t end, bool app
         }
         if (open) {
                 if (slot < 0)
-                        slot = oldest; /* a free slot (at 0) or the one quiet longest */
+                        slot = oldest; /* a free slot (at 0), or the one written longest ago */
                 s->open[slot].ino = ino;
                 s->open[slot].at = ntfs_mono_ns();
         } else if (slot >= 0) {
                 s->open[slot].at = 0;
         }
         pthread_mutex_unlock(&s->mu);
+}
+
+void mount_wseq_leave(struct mount_wseq *s, uint64_t ino, uint64_t end, bool applied, bool writeback) {
+        wseq_note(s, ino, writeback || (applied && end % WSEQ_PAGE == 0));
         pthread_rwlock_unlock(&s->apply);
 }
 
-int64_t mount_wseq_hold(struct mount_wseq *s) {
-        int64_t start = ntfs_mono_ns();
-        for (;;) {
-                pthread_rwlock_wrlock(&s->apply);
-                int64_t now = ntfs_mono_ns(), youngest = 0;
-                pthread_mutex_lock(&s->mu);
-                for (int i = 0; i < WSEQ_SLOTS; i++)
-                        if (s->open[i].at > youngest)
-                                youngest = s->open[i].at;
-                pthread_mutex_unlock(&s->mu);
-                if (youngest == 0 || now - youngest >= MOUNT_WSEQ_QUIET_NS || now - start >= MOUNT_WSEQ_MAX_NS)
-                        return now - start;
-                pthread_rwlock_unlock(&s->apply);
-                struct timespec ts = { 0, 1000000L }; /* 1 ms: lets the next piece in */
-                nanosleep(&ts, NULL);
-        }
+void mount_wseq_lock(struct mount_wseq *s) { pthread_rwlock_wrlock(&s->apply); }
+
+void mount_wseq_unlock(struct mount_wseq *s) { pthread_rwlock_unlock(&s->apply); }
+
+unsigned mount_wseq_open(struct mount_wseq *s, uint64_t *ino, int64_t *at, unsigned max) {
+        unsigned n = 0;
+        pthread_mutex_lock(&s->mu);
+        for (int i = 0; i < WSEQ_SLOTS && n < max; i++)
+                if (s->open[i].at) {
+                        ino[n] = s->open[i].ino;
+                        at[n++] = s->open[i].at;
+                }
+        pthread_mutex_unlock(&s->mu);
+        return n;
 }
 
-void mount_wseq_release(struct mount_wseq *s) { pthread_rwlock_unlock(&s->apply); }
+void mount_wseq_close(struct mount_wseq *s, uint64_t ino) {
+        pthread_mutex_lock(&s->mu);
+        for (int i = 0; i < WSEQ_SLOTS; i++)
+                if (s->open[i].at && s->open[i].ino == ino)
+                        s->open[i].at = 0;
+        pthread_mutex_unlock(&s->mu);
+}

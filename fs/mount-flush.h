@@ -25,36 +25,54 @@ int mount_flush_mapped(dev_t dev);
 /* ---- write(2)s the kernel split into several WRITE requests ----------------
  *
  * The kernel sends one write(2) as several WRITE requests, one after the
- * other under the inode's lock: at most max_write (1 MiB) each, and one
- * that starts inside a page cache folio ends at that folio's end (Linux
- * 6.18 fuse_fill_write_pages). So any write(2) crossing a page boundary
- * from an unaligned offset arrives in two or more pieces, and a checkpoint
- * taken between two pieces would hold half of it. Every piece but the last
- * ends on a page boundary; the last may too, and nothing in the request
- * says which is the last. The mount keeps, per inode, the time of its last
- * WRITE when that one ended on a page boundary ("open": more may follow),
- * and mount_wseq_hold waits until no inode has been open for less than
- * MOUNT_WSEQ_QUIET_NS -- the next piece follows its predecessor's reply
- * after a copy of at most 1 MiB from the writer's memory, far sooner --
- * and then keeps WRITEs from being applied until mount_wseq_release. The
- * wait is bounded (MOUNT_WSEQ_MAX_NS): a program writing page-aligned
- * blocks back to back keeps its file open; its one-request write(2)s
- * cannot be told from first pieces. */
+ * other, all under the inode's lock: at most max_write (1 MiB) each, and
+ * (6.18's fuse_fill_write_pages) the first ends after its first folio
+ * when that one is written in part and not up to date (a write from an
+ * unaligned offset into a page not in the page cache). A checkpoint taken
+ * between two pieces held half of the write(2). Every piece but the last
+ * ends on a page boundary; the last may too, and nothing in a request
+ * says which is the last. So the mount notes the inodes whose last WRITE
+ * ended on a page boundary ("open": more may follow), and a hold
+ * (ntfs_mount_hold_writes, mount.c) keeps WRITEs from being applied, then
+ * has the helper probe each open inode with mount_probe_inodes: a write(2)
+ * of nothing takes the inode's lock, so it returns only once no write(2)
+ * holds it, and with the pieces kept out, a write(2) halfway in would hold
+ * it for good. Answered in time, every open inode is whole and the
+ * checkpoint can be taken; if not, the hold lets WRITEs in until the
+ * probe returns and starts over. Probing is cheap: no request reaches the
+ * daemon (the mount has no OPEN and answers FLUSH with ENOSYS). */
+#define MOUNT_PROBE_MAX 64
+#define MOUNT_PROBE_WAIT_MS 20
+/* Past this, a hold stops probing and takes the checkpoint; an inode whose
+ * last piece is older than MOUNT_WSEQ_QUIET_NS then counts as whole. */
+#define MOUNT_WSEQ_MAX_NS (1000 * 1000000LL)
 #define MOUNT_WSEQ_QUIET_NS (50 * 1000000LL)
-#define MOUNT_WSEQ_MAX_NS (250 * 1000000LL)
+
+/* For the helper child (system calls only): opens each inode of the mount
+ * whose root directory is mntfd by its FUSE file handle (ino, gen) and
+ * writes nothing to it. Sets bit i of *ret_stale for an inode it could not
+ * open or write (not in the kernel's cache: nobody writes it). */
+int mount_probe_inodes(int mntfd, const uint64_t *ino, unsigned n, uint32_t gen, uint64_t *ret_stale);
 
 struct mount_wseq;
 
 /* NULL on ENOMEM. _free accepts NULL. */
 struct mount_wseq *mount_wseq_new(void);
 void mount_wseq_free(struct mount_wseq *s);
-/* Around applying one WRITE (not a page write-back's): _enter waits while
- * a hold is in place; _leave records where the write ended. */
+/* Around applying one WRITE: _enter waits while a hold is in place;
+ * _leave records where it ended. A page write-back's WRITE leaves its
+ * inode open too: a write(2) copies its bytes into the page cache before
+ * it sends them, so a page dirtied through a mapping and written back
+ * while a write(2) into it is on its way carries part of that write(2);
+ * the probe then waits for the write(2) to be whole. */
 void mount_wseq_enter(struct mount_wseq *s);
-void mount_wseq_leave(struct mount_wseq *s, uint64_t ino, uint64_t end, bool applied);
-/* Waits as said above, then holds WRITEs off; returns how long it waited
- * for open inodes (ns). Every hold is followed by one release. */
-int64_t mount_wseq_hold(struct mount_wseq *s);
-void mount_wseq_release(struct mount_wseq *s);
+void mount_wseq_leave(struct mount_wseq *s, uint64_t ino, uint64_t end, bool applied, bool writeback);
+/* The hold's side: _lock keeps WRITEs out until _unlock; _open lists the
+ * open inodes (at most max, with when their last piece came); _close
+ * marks one whole. */
+void mount_wseq_lock(struct mount_wseq *s);
+void mount_wseq_unlock(struct mount_wseq *s);
+unsigned mount_wseq_open(struct mount_wseq *s, uint64_t *ino, int64_t *at, unsigned max);
+void mount_wseq_close(struct mount_wseq *s, uint64_t ino);
 
 #endif

@@ -811,14 +811,14 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
         }
         /* O_APPEND: the kernel already put off at its i_size, under the
          * inode lock; every writer goes through this one kernel. */
-        /* A checkpoint waits for, then keeps out, the pieces of a write(2)
-         * the kernel split (mount-flush.h); a page write-back is no piece. */
-        bool piece = !fi->writepage && m->wseq;
-        if (piece)
+        /* A checkpoint keeps WRITEs out while it makes sure no write(2)
+         * the kernel split into pieces is halfway in (mount-flush.h). */
+        if (m->wseq)
                 mount_wseq_enter(m->wseq);
         ssize_t r = ntfs_ws_write(m->ws, ino, buf, size, (uint64_t)off, false);
-        if (piece)
-                mount_wseq_leave(m->wseq, ino, (uint64_t)off + (r > 0 ? (uint64_t)r : 0), r > 0);
+        if (m->wseq)
+                mount_wseq_leave(m->wseq, ino, (uint64_t)off + (r > 0 ? (uint64_t)r : 0), r > 0,
+                                 fi->writepage);
         if (r < 0)
                 reply_err(req, (int)r);
         else

@@ -29,6 +29,7 @@
 #include <inttypes.h>
 #include <fuse_lowlevel.h>
 #include <limits.h>
+#include <poll.h>
 #include <linux/fuse.h>
 #include <pthread.h>
 #include <signal.h>
@@ -831,13 +832,16 @@ bool ntfs_mount_alive(const ntfs_mount *m) {
  * pages copy-on-write for as long as it lives: big tables written at
  * random are kept out of it (the store's inode cache, MADV_DONTFORK). */
 struct helper_req {
-        char op;   /* 's' syncfs, 'd' st_dev */
+        char op;   /* 's' syncfs, 'd' st_dev, 'p' probe inodes (mount-flush.h) */
         dev_t dev; /* 's': the mount's st_dev, 0 unknown (then syncfs only) */
+        uint32_t n, gen;                /* 'p' */
+        uint64_t ino[MOUNT_PROBE_MAX]; /* 'p' */
         char path[PATH_MAX];
 };
 struct helper_reply {
         int err;
         dev_t dev;
+        uint64_t stale; /* 'p' */
 };
 static pthread_mutex_t helper_lock = PTHREAD_MUTEX_INITIALIZER;
 static int helper_fd = -1;
@@ -868,6 +872,14 @@ static _Noreturn void helper_main(int fd) {
                                 a.err = errno;
                         else
                                 a.dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+                } else if (q.op == 'p') {
+                        int f = open(q.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                        if (f < 0)
+                                a.err = errno;
+                        else {
+                                (void)mount_probe_inodes(f, q.ino, q.n, q.gen, &a.stale);
+                                close(f);
+                        }
                 } else {
                         int f = open(q.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                         if (f < 0 || syncfs(f) < 0)
@@ -884,11 +896,14 @@ static _Noreturn void helper_main(int fd) {
         }
 }
 
-static int own_mount_call(const char *mountpoint, dev_t *dev, dev_t flush_dev) {
-        struct helper_req q = { .op = dev ? 'd' : 's', .dev = flush_dev };
-        if (strlen(mountpoint) >= sizeof q.path)
+/* Sends q to the helper (started if need be) and waits for its answer. With
+ * wait_ms >= 0 and a late callback: after wait_ms without an answer, calls
+ * late(ud) and *ret_late = true, then waits on. */
+static int helper_call(struct helper_req *q, const char *mountpoint, struct helper_reply *ret, int wait_ms,
+                       void (*late)(void *), void *ud, bool *ret_late) {
+        if (strlen(mountpoint) >= sizeof q->path)
                 return -ENAMETOOLONG;
-        memcpy(q.path, mountpoint, strlen(mountpoint) + 1);
+        memcpy(q->path, mountpoint, strlen(mountpoint) + 1);
         pthread_mutex_lock(&helper_lock);
         int r = 0;
         for (int attempt = 0; attempt < 2; attempt++) {
@@ -912,8 +927,19 @@ static int own_mount_call(const char *mountpoint, dev_t *dev, dev_t flush_dev) {
                         helper_pid = pid;
                 }
                 struct helper_reply a;
-                ssize_t n = send(helper_fd, &q, offsetof(struct helper_req, path) + strlen(q.path) + 1,
+                ssize_t n = send(helper_fd, q, offsetof(struct helper_req, path) + strlen(q->path) + 1,
                                  MSG_NOSIGNAL);
+                if (n > 0 && wait_ms >= 0 && late && !*ret_late) {
+                        struct pollfd pf = { .fd = helper_fd, .events = POLLIN };
+                        int pr;
+                        do
+                                pr = poll(&pf, 1, wait_ms);
+                        while (pr < 0 && errno == EINTR);
+                        if (pr == 0) {
+                                *ret_late = true;
+                                late(ud);
+                        }
+                }
                 if (n > 0) {
                         do
                                 n = recv(helper_fd, &a, sizeof a, 0);
@@ -921,8 +947,7 @@ static int own_mount_call(const char *mountpoint, dev_t *dev, dev_t flush_dev) {
                 }
                 if (n == (ssize_t)sizeof a) {
                         r = -a.err;
-                        if (r == 0 && dev)
-                                *dev = a.dev;
+                        *ret = a;
                         break;
                 }
                 /* The helper died (killed from outside): reap it, start another. */
@@ -936,6 +961,15 @@ static int own_mount_call(const char *mountpoint, dev_t *dev, dev_t flush_dev) {
         return r;
 }
 
+static int own_mount_call(const char *mountpoint, dev_t *dev, dev_t flush_dev) {
+        struct helper_req q = { .op = dev ? 'd' : 's', .dev = flush_dev };
+        struct helper_reply a;
+        int r = helper_call(&q, mountpoint, &a, -1, NULL, NULL, NULL);
+        if (r == 0 && dev)
+                *dev = a.dev;
+        return r;
+}
+
 int ntfs_mount_flush_kernel(ntfs_mount *m) {
         if (!m)
                 return -EINVAL;
@@ -944,18 +978,52 @@ int ntfs_mount_flush_kernel(ntfs_mount *m) {
         return own_mount_call(m->mountpoint, NULL, m->have_dev ? m->dev : 0);
 }
 
+static void wseq_unlock_cb(void *ud) { mount_wseq_unlock(ud); }
+
 int ntfs_mount_hold_writes(ntfs_mount *m) {
         if (!m)
                 return -EINVAL;
         int r = ntfs_mount_flush_kernel(m);
-        if (m->wseq)
-                (void)mount_wseq_hold(m->wseq);
-        return r;
+        if (!m->wseq)
+                return r;
+        /* mount-flush.h: keep WRITEs out, then make sure no open inode is
+         * halfway through a write(2). */
+        int64_t start = ntfs_mono_ns();
+        for (;;) {
+                mount_wseq_lock(m->wseq);
+                struct helper_req q = { .op = 'p', .gen = (uint32_t)ntfs_ws_generation(m->ws) };
+                int64_t at[MOUNT_PROBE_MAX];
+                q.n = mount_wseq_open(m->wseq, q.ino, at, MOUNT_PROBE_MAX);
+                int64_t now = ntfs_mono_ns();
+                if (q.n == 0 || now - start >= MOUNT_WSEQ_MAX_NS || !ntfs_mount_alive(m))
+                        return r;
+                struct helper_reply a;
+                bool late = false;
+                int pr = helper_call(&q, m->mountpoint, &a, MOUNT_PROBE_WAIT_MS, wseq_unlock_cb, m->wseq, &late);
+                if (late)
+                        continue; /* unlocked: the writer went on; probe again */
+                bool young = false;
+                for (unsigned i = 0; i < q.n; i++) {
+                        /* Probed: whole. Not openable by its handle (gone
+                         * from the kernel's cache, or of another
+                         * generation): whole once quiet for a while. */
+                        bool stale = pr < 0 || (a.stale >> i & 1);
+                        if (!stale || now - at[i] >= MOUNT_WSEQ_QUIET_NS)
+                                mount_wseq_close(m->wseq, q.ino[i]);
+                        else
+                                young = true;
+                }
+                if (!young)
+                        return r;
+                mount_wseq_unlock(m->wseq);
+                struct timespec ts = { 0, 1000000L };
+                nanosleep(&ts, NULL);
+        }
 }
 
 void ntfs_mount_release_writes(ntfs_mount *m) {
         if (m && m->wseq)
-                mount_wseq_release(m->wseq);
+                mount_wseq_unlock(m->wseq);
 }
 
 void ntfs_mount_get_stats(ntfs_mount *m, struct ntfs_mount_stats *ret) {
