@@ -39,6 +39,7 @@ struct dmount {
          * (fusermount3 -u, umount): the mount is dead, no longer listed or
          * used, and reaped by d_mounts_reap() */
         atomic_bool exited;
+        bool held; /* its WRITEs held off (d_hold_session_mounts), under D.lock */
         struct dmount *next;
 };
 

@@ -573,14 +573,18 @@ void d_flush_session_mounts(const char *session) {
 void d_hold_session_mounts(const char *session) {
         pthread_mutex_lock(&D.lock);
         for (struct dmount *m = D.mounts; m; m = m->next)
-                if (m->session && !atomic_load(&m->exited) && strcmp(m->session, session) == 0)
+                if (m->session && !m->ro && !atomic_load(&m->exited) && strcmp(m->session, session) == 0) {
                         (void)ntfs_mount_hold_writes(m->m);
+                        m->held = true;
+                }
 }
 
 void d_release_session_mounts(const char *session) {
         for (struct dmount *m = D.mounts; m; m = m->next)
-                if (m->session && !atomic_load(&m->exited) && strcmp(m->session, session) == 0)
+                if (m->held) {
                         ntfs_mount_release_writes(m->m);
+                        m->held = false;
+                }
         pthread_mutex_unlock(&D.lock);
 }
 
