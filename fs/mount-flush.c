@@ -212,8 +212,10 @@ int mount_flush_mapped(dev_t dev) {
 
 /* ---- write(2)s split into several WRITE requests (mount-flush.h) ---------- */
 
-int mount_probe_inodes(int mntfd, const uint64_t *ino, unsigned n, uint32_t gen, uint64_t *ret_stale) {
+int mount_probe_inodes(int mntfd, const uint64_t *ino, unsigned n, uint32_t gen, uint64_t *ret_stale, int *fds) {
         uint64_t stale = 0;
+        for (unsigned i = 0; i < MOUNT_PROBE_MAX; i++)
+                fds[i] = -1;
         for (unsigned i = 0; i < n && i < MOUNT_PROBE_MAX; i++) {
                 /* FUSE's file handle (fuse_encode_fh): FILEID_INO64_GEN, the
                  * node id's two halves and the generation. Decoded without
@@ -241,7 +243,7 @@ int mount_probe_inodes(int mntfd, const uint64_t *ino, unsigned n, uint32_t gen,
                 while (r < 0 && errno == EINTR);
                 if (r < 0)
                         stale |= 1ull << i;
-                close(fd);
+                fds[i] = fd; /* closed by the caller after its answer (see the header) */
         }
         *ret_stale = stale;
         return 0;
@@ -253,6 +255,7 @@ int mount_probe_inodes(int mntfd, const uint64_t *ino, unsigned n, uint32_t gen,
 struct mount_wseq {
         pthread_rwlock_t apply; /* shared: a WRITE being applied; exclusive: a hold */
         pthread_mutex_t mu;     /* guards the slots */
+        bool kept;              /* a probe of the current hold left files open */
         struct {
                 uint64_t ino;
                 int64_t at; /* ntfs_mono_ns of its last WRITE, 0: slot free */
@@ -337,3 +340,7 @@ void mount_wseq_close(struct mount_wseq *s, uint64_t ino) {
                         s->open[i].at = 0;
         pthread_mutex_unlock(&s->mu);
 }
+
+void mount_wseq_set_kept(struct mount_wseq *s, bool kept) { s->kept = kept; }
+
+bool mount_wseq_kept(const struct mount_wseq *s) { return s->kept; }

@@ -51,8 +51,11 @@ int mount_flush_mapped(dev_t dev);
 /* For the helper child (system calls only): opens each inode of the mount
  * whose root directory is mntfd by its FUSE file handle (ino, gen) and
  * writes nothing to it. Sets bit i of *ret_stale for an inode it could not
- * open or write (not in the kernel's cache: nobody writes it). */
-int mount_probe_inodes(int mntfd, const uint64_t *ino, unsigned n, uint32_t gen, uint64_t *ret_stale);
+ * open or write (not in the kernel's cache: nobody writes it). The files
+ * stay open in fds[MOUNT_PROBE_MAX] (-1: none), for the caller to close
+ * after it answered: closing writes the file's dirty pages back and waits
+ * (fuse_flush), and those WRITEs wait for the hold to end. */
+int mount_probe_inodes(int mntfd, const uint64_t *ino, unsigned n, uint32_t gen, uint64_t *ret_stale, int *fds);
 
 struct mount_wseq;
 
@@ -74,5 +77,9 @@ void mount_wseq_lock(struct mount_wseq *s);
 void mount_wseq_unlock(struct mount_wseq *s);
 unsigned mount_wseq_open(struct mount_wseq *s, uint64_t *ino, int64_t *at, unsigned max);
 void mount_wseq_close(struct mount_wseq *s, uint64_t ino);
+/* Whether the helper holds files a probe of this mount left open (set and
+ * read by the thread that holds). */
+void mount_wseq_set_kept(struct mount_wseq *s, bool kept);
+bool mount_wseq_kept(const struct mount_wseq *s);
 
 #endif

@@ -832,8 +832,8 @@ bool ntfs_mount_alive(const ntfs_mount *m) {
  * pages copy-on-write for as long as it lives: big tables written at
  * random are kept out of it (the store's inode cache, MADV_DONTFORK). */
 struct helper_req {
-        char op;   /* 's' syncfs, 'd' st_dev, 'p' probe inodes (mount-flush.h) */
-        dev_t dev; /* 's': the mount's st_dev, 0 unknown (then syncfs only) */
+        char op;   /* 's' syncfs, 'd' st_dev, 'p' probe inodes (mount-flush.h), 'c' close what 'p' kept */
+        dev_t dev; /* 's': the mount's st_dev, 0 unknown (then syncfs only); 'p', 'c': whose files are kept */
         uint32_t n, gen;                /* 'p' */
         uint64_t ino[MOUNT_PROBE_MAX]; /* 'p' */
         char path[PATH_MAX];
@@ -852,6 +852,17 @@ static _Noreturn void helper_main(int fd) {
                 (void)close_range(3, (unsigned)fd - 1, 0);
         (void)close_range((unsigned)fd + 1, ~0u, 0);
         struct helper_req q;
+        int probed[MOUNT_PROBE_MAX];
+        for (int i = 0; i < MOUNT_PROBE_MAX; i++)
+                probed[i] = -1;
+        /* 'p' leaves the probed files open (mount-flush.h): closed by 'c'
+         * for their mount once its hold is over. */
+        struct {
+                dev_t dev;
+                int fd;
+        } kept[4 * MOUNT_PROBE_MAX];
+        for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+                kept[i].fd = -1;
         for (;;) {
                 ssize_t n = recv(fd, &q, sizeof q, 0);
                 if (n < 0 && errno == EINTR)
@@ -872,13 +883,29 @@ static _Noreturn void helper_main(int fd) {
                                 a.err = errno;
                         else
                                 a.dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+                } else if (q.op == 'c') {
+                        for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+                                if (kept[i].fd >= 0 && kept[i].dev == q.dev) {
+                                        close(kept[i].fd);
+                                        kept[i].fd = -1;
+                                }
                 } else if (q.op == 'p') {
+                        /* Probes no more inodes than there is room to keep
+                         * open: closing one now could wait for the hold
+                         * (mount-flush.h) while the holder waits for this
+                         * helper. One not probed counts as stale. */
+                        unsigned room = 0;
+                        for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+                                room += kept[i].fd < 0;
+                        unsigned np = q.n < room ? q.n : room;
                         int f = open(q.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                         if (f < 0)
                                 a.err = errno;
                         else {
-                                (void)mount_probe_inodes(f, q.ino, q.n, q.gen, &a.stale);
+                                (void)mount_probe_inodes(f, q.ino, np, q.gen, &a.stale, probed);
                                 close(f);
+                                for (unsigned i = np; i < q.n && i < MOUNT_PROBE_MAX; i++)
+                                        a.stale |= 1ull << i;
                         }
                 } else {
                         int f = open(q.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -893,6 +920,19 @@ static _Noreturn void helper_main(int fd) {
                 }
                 if (send(fd, &a, sizeof a, MSG_NOSIGNAL) != (ssize_t)sizeof a)
                         _exit(0);
+                /* Kept (there is room: above) until 'c' for q.dev. */
+                size_t k = 0;
+                for (int i = 0; i < MOUNT_PROBE_MAX; i++) {
+                        if (probed[i] < 0)
+                                continue;
+                        while (k < sizeof kept / sizeof kept[0] && kept[k].fd >= 0)
+                                k++;
+                        if (k == sizeof kept / sizeof kept[0])
+                                break; /* cannot happen: the probe took no more than the room */
+                        kept[k].dev = q.dev;
+                        kept[k].fd = probed[i];
+                        probed[i] = -1;
+                }
         }
 }
 
@@ -980,6 +1020,18 @@ int ntfs_mount_flush_kernel(ntfs_mount *m) {
 
 static void wseq_unlock_cb(void *ud) { mount_wseq_unlock(ud); }
 
+/* Has the helper close the files its probes of m left open (helper_main):
+ * only while m's WRITEs are let in, since closing writes dirty pages back
+ * and waits. */
+static void close_probed(ntfs_mount *m) {
+        if (!m->have_dev || !mount_wseq_kept(m->wseq))
+                return;
+        mount_wseq_set_kept(m->wseq, false);
+        struct helper_req q = { .op = 'c', .dev = m->dev };
+        struct helper_reply a;
+        (void)helper_call(&q, m->mountpoint, &a, -1, NULL, NULL, NULL);
+}
+
 int ntfs_mount_hold_writes(ntfs_mount *m) {
         if (!m)
                 return -EINVAL;
@@ -990,15 +1042,17 @@ int ntfs_mount_hold_writes(ntfs_mount *m) {
          * halfway through a write(2). */
         int64_t start = ntfs_mono_ns();
         for (;;) {
+                close_probed(m);
                 mount_wseq_lock(m->wseq);
-                struct helper_req q = { .op = 'p', .gen = (uint32_t)ntfs_ws_generation(m->ws) };
+                struct helper_req q = { .op = 'p', .dev = m->dev, .gen = (uint32_t)ntfs_ws_generation(m->ws) };
                 int64_t at[MOUNT_PROBE_MAX];
                 q.n = mount_wseq_open(m->wseq, q.ino, at, MOUNT_PROBE_MAX);
                 int64_t now = ntfs_mono_ns();
-                if (q.n == 0 || now - start >= MOUNT_WSEQ_MAX_NS || !ntfs_mount_alive(m))
+                if (q.n == 0 || now - start >= MOUNT_WSEQ_MAX_NS || !ntfs_mount_alive(m) || !m->have_dev)
                         return r;
                 struct helper_reply a;
                 bool late = false;
+                mount_wseq_set_kept(m->wseq, true);
                 int pr = helper_call(&q, m->mountpoint, &a, MOUNT_PROBE_WAIT_MS, wseq_unlock_cb, m->wseq, &late);
                 if (late)
                         continue; /* unlocked: the writer went on; probe again */
@@ -1022,8 +1076,10 @@ int ntfs_mount_hold_writes(ntfs_mount *m) {
 }
 
 void ntfs_mount_release_writes(ntfs_mount *m) {
-        if (m && m->wseq)
+        if (m && m->wseq) {
                 mount_wseq_unlock(m->wseq);
+                close_probed(m);
+        }
 }
 
 void ntfs_mount_get_stats(ntfs_mount *m, struct ntfs_mount_stats *ret) {
