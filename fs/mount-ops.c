@@ -26,6 +26,7 @@
 
 #include "common/cleanup.h"
 #include "common/err.h"
+#include "common/fault.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fs/mount-flush.h"
@@ -811,6 +812,11 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
         }
         /* O_APPEND: the kernel already put off at its i_size, under the
          * inode lock; every writer goes through this one kernel. */
+        /* A page write-back (a store through a shared mapping); a test
+         * slows them down (NTFS_FAULT=mount.writepage:1+:sleepMS) to show
+         * that a checkpoint waits for them (docs/mount.md). */
+        if (fi->writepage)
+                (void)NTFS_FAULT("mount.writepage");
         /* A checkpoint keeps WRITEs out while it makes sure no write(2)
          * the kernel split into pieces is halfway in (mount-flush.h). */
         if (m->wseq)
