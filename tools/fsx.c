@@ -577,9 +577,16 @@ static int kept_fd(const struct sess *s, int ino) { return kept.addr && kept.s =
 static int last_op_mmap_ino = -1; /* the model inode of sess[0] the last operation stored into by mmap */
 static uint64_t lf_period_ms;     /* -F */
 
+static void lf_wait_answer(void);
+
 static void kept_unmap(void) {
         if (!kept.addr)
                 return;
+        /* Not while a live fork is being served: the unmapping writes the
+         * pages back itself, and a fork does not wait for a write-back of
+         * a mapping that is already gone (docs/mount.md, "What a
+         * checkpoint of a live mount holds": the gap found this way). */
+        lf_wait_answer();
         munmap(kept.addr, kept.len); /* writes the dirty pages back and waits (FUSE) */
         close(kept.fd);
         kept.addr = NULL;
@@ -858,6 +865,16 @@ static struct {
 static int lf_ncand;
 static int64_t lf_next;
 static uint64_t n_lf, n_lf_mmap, lf_win_max, lf_win_sum;
+static int64_t lf_sent, lf_answered; /* ntfs_mono_ns */
+
+static void lf_wait_answer(void) {
+        if (!lf_started)
+                return;
+        pthread_mutex_lock(&lf_mu);
+        while (lf_state == LF_ASKED)
+                pthread_cond_wait(&lf_cv, &lf_mu);
+        pthread_mutex_unlock(&lf_mu);
+}
 
 static void *lf_main(void *arg) {
         (void)arg;
@@ -873,10 +890,14 @@ static void *lf_main(void *arg) {
                 snprintf(path, sizeof path, "/v1/sessions/%s/fork", sess[0].name);
                 json_t *body = json_pack("{s:s}", "name", lf_name);
                 pthread_mutex_unlock(&lf_mu);
+                int64_t sent = ntfs_mono_ns();
                 int r = cr < 0 ? cr : ntfs_client_call(c, "POST", path, body, NULL, err, sizeof err);
                 json_decref(body);
                 uint64_t hi = atomic_load(&ops_started);
+                int64_t answered = ntfs_mono_ns();
                 pthread_mutex_lock(&lf_mu);
+                lf_sent = sent;
+                lf_answered = answered;
                 lf_hi = hi;
                 lf_err = r;
                 snprintf(lf_errmsg, sizeof lf_errmsg, "%s", err[0] ? err : strerror(r < -4096 ? EIO : -r));
@@ -989,10 +1010,18 @@ static const char *differs(const struct found *f, const struct model *m, const s
                                 any = alt[a]->ino[mi].used && alt[a]->ino[mi].len > b &&
                                       alt[a]->ino[mi].data[b] == f->data[i][b];
                         if (!any) {
-                                size_t e = b;
+                                size_t e = b, last = b, ndiff = 0;
                                 while (e < n->len && f->data[i][e] != n->data[e])
                                         e++;
-                                snprintf(why, whylen, "%s: bytes %zu to %zu differ from the model", names[i], b, e);
+                                for (size_t x = b; x < n->len; x++)
+                                        if (f->data[i][x] != n->data[x]) {
+                                                ndiff++;
+                                                last = x;
+                                        }
+                                snprintf(why, whylen,
+                                         "%s: bytes %zu to %zu differ from the model (%zu bytes differ, the last "
+                                         "at %zu)",
+                                         names[i], b, e, ndiff, last);
                                 return why;
                         }
                 }
@@ -1083,8 +1112,9 @@ static void lf_check(void) {
         }
         if (!ok)
                 fail("live fork %s (requested after operation %" PRId64 ", answered during operation %" PRId64
-                     ") equals the model after none of them:%s",
-                     lf_name, (int64_t)lf_lo - 1, (int64_t)lf_hi - 1, diffs);
+                     "; sent at %.3f s, answered at %.3f s of CLOCK_MONOTONIC) equals the model after none of them:%s",
+                     lf_name, (int64_t)lf_lo - 1, (int64_t)lf_hi - 1, (double)lf_sent / 1e9, (double)lf_answered / 1e9,
+                     diffs);
         logop("live fork %s: equal to the model between operations %" PRId64 " and %" PRId64 "%s", lf_name,
               (int64_t)lf_lo - 1, (int64_t)lf_hi - 1, mixed ? " (mapped stores made meanwhile held in part)" : "");
         n_lf++;
