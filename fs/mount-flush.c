@@ -32,6 +32,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 #include <stdbool.h>
@@ -256,6 +257,7 @@ struct mount_wseq {
         pthread_rwlock_t apply; /* shared: a WRITE being applied; exclusive: a hold */
         pthread_mutex_t mu;     /* guards the slots */
         bool kept;              /* a probe of the current hold left files open */
+        atomic_uint wb_pending; /* page write-backs arrived and not yet applied */
         struct {
                 uint64_t ino;
                 int64_t at; /* ntfs_mono_ns of its last WRITE, 0: slot free */
@@ -340,6 +342,12 @@ void mount_wseq_close(struct mount_wseq *s, uint64_t ino) {
                         s->open[i].at = 0;
         pthread_mutex_unlock(&s->mu);
 }
+
+void mount_wseq_wb_begin(struct mount_wseq *s) { atomic_fetch_add(&s->wb_pending, 1); }
+
+void mount_wseq_wb_end(struct mount_wseq *s) { atomic_fetch_sub(&s->wb_pending, 1); }
+
+unsigned mount_wseq_wb_pending(struct mount_wseq *s) { return atomic_load(&s->wb_pending); }
 
 void mount_wseq_set_kept(struct mount_wseq *s, bool kept) { s->kept = kept; }
 

@@ -77,6 +77,14 @@ void mount_wseq_lock(struct mount_wseq *s);
 void mount_wseq_unlock(struct mount_wseq *s);
 unsigned mount_wseq_open(struct mount_wseq *s, uint64_t *ino, int64_t *at, unsigned max);
 void mount_wseq_close(struct mount_wseq *s, uint64_t ino);
+/* A page write-back's WRITE, from its arrival (before anything that may
+ * keep it waiting) to its end. A hold that finds one lets it in and starts
+ * over: a mapping unmapped while a checkpoint is being taken is gone from
+ * /proc when the flush looks, and its pages' write-back, made by the
+ * unmapping process, would otherwise be held out of the checkpoint. */
+void mount_wseq_wb_begin(struct mount_wseq *s);
+void mount_wseq_wb_end(struct mount_wseq *s);
+unsigned mount_wseq_wb_pending(struct mount_wseq *s);
 /* Whether the helper holds files a probe of this mount left open (set and
  * read by the thread that holds). */
 void mount_wseq_set_kept(struct mount_wseq *s, bool kept);

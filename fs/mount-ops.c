@@ -815,6 +815,9 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
         /* A page write-back (a store through a shared mapping); a test
          * slows them down (NTFS_FAULT=mount.writepage:1+:sleepMS) to show
          * that a checkpoint waits for them (docs/mount.md). */
+        bool wb = m->wseq && fi->writepage;
+        if (wb)
+                mount_wseq_wb_begin(m->wseq);
         if (fi->writepage)
                 (void)NTFS_FAULT("mount.writepage");
         /* A checkpoint keeps WRITEs out while it makes sure no write(2)
@@ -825,6 +828,8 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
         if (m->wseq)
                 mount_wseq_leave(m->wseq, ino, (uint64_t)off + (r > 0 ? (uint64_t)r : 0), r > 0,
                                  fi->writepage);
+        if (wb)
+                mount_wseq_wb_end(m->wseq);
         if (r < 0)
                 reply_err(req, (int)r);
         else

@@ -1048,6 +1048,13 @@ int ntfs_mount_hold_writes(ntfs_mount *m) {
                 int64_t at[MOUNT_PROBE_MAX];
                 q.n = mount_wseq_open(m->wseq, q.ino, at, MOUNT_PROBE_MAX);
                 int64_t now = ntfs_mono_ns();
+                if (mount_wseq_wb_pending(m->wseq) > 0 && now - start < MOUNT_WSEQ_MAX_NS && ntfs_mount_alive(m)) {
+                        /* a page write-back came in (mount-flush.h): let it in */
+                        mount_wseq_unlock(m->wseq);
+                        struct timespec ts = { 0, 1000000L };
+                        nanosleep(&ts, NULL);
+                        continue;
+                }
                 if (q.n == 0 || now - start >= MOUNT_WSEQ_MAX_NS || !ntfs_mount_alive(m) || !m->have_dev)
                         return r;
                 struct helper_reply a;
