@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int armed = -1; /* -1: env not read yet, 0: off, 1: on */
 static char point_name[128];
 static unsigned target, hits;
+static bool every; /* "N+": fires at the Nth hit and at each one after */
 static enum ntfs_fault_action act;
 static unsigned sleep_ms = 1000;
 
@@ -36,6 +38,10 @@ static void read_env_locked(void) {
         if (c2)
                 *c2 = 0;
         uint64_t n;
+        size_t nl = strlen(c1 + 1);
+        every = nl > 1 && c1[nl] == '+';
+        if (every)
+                c1[nl] = 0;
         if (ntfs_parse_u64(c1 + 1, 1u << 30, &n) < 0 || n == 0)
                 return;
         snprintf(point_name, sizeof point_name, "%s", buf);
@@ -55,6 +61,7 @@ void ntfs_fault_arm(const char *point, unsigned n, enum ntfs_fault_action action
         pthread_mutex_lock(&lock);
         snprintf(point_name, sizeof point_name, "%s", point);
         target = n;
+        every = false;
         hits = 0;
         act = action;
         sleep_ms = 1000;
@@ -88,14 +95,16 @@ int ntfs_fault(const char *point) {
                 read_env_locked();
         if (atomic_load(&armed) == 1 && strcmp(point, point_name) == 0) {
                 hits++;
-                if (hits == target) {
+                if (hits == target || (every && hits > target)) {
                         if (act == NTFS_FAULT_CRASH) {
                                 fprintf(stderr, "ntfs: fault %s: crashing\n", point);
                                 raise(SIGKILL);
                                 _exit(137);
                         }
                         if (act == NTFS_FAULT_SLEEP) {
-                                fprintf(stderr, "ntfs: fault %s: sleeping %u ms\n", point, sleep_ms);
+                                if (hits == target)
+                                        fprintf(stderr, "ntfs: fault %s: sleeping %u ms%s\n", point, sleep_ms,
+                                                every ? " (and at every hit after)" : "");
                                 pause_ms = sleep_ms;
                         } else
                                 r = -EIO;

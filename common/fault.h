@@ -9,6 +9,8 @@
  *     NTFS_FAULT=journal.begin:1:error   the 1st hit returns -EIO
  *     NTFS_FAULT=exec.admitted:1:sleep1500   the 1st hit sleeps 1.5 s (a race
  *                                        window held open; logged first)
+ *     NTFS_FAULT=mount.writepage:1+:sleep40  every hit from the 1st on
+ *                                        sleeps 40 ms (a slow step)
  *
  * or programmatically with ntfs_fault_arm(). Unarmed, the cost is one
  * relaxed atomic load. Point names are documented with their modules

@@ -40,6 +40,7 @@ struct dmount {
          * (fusermount3 -u, umount): the mount is dead, no longer listed or
          * used, and reaped by d_mounts_reap() */
         atomic_bool exited;
+        bool held; /* its WRITEs held off (d_hold_session_mounts), under D.lock */
         struct dmount *next;
 };
 
@@ -122,7 +123,13 @@ void d_mounts_reap(void);
 /* A read-write mount of session for the jail (made under the store if none). */
 int d_session_mountpoint(const char *session, char **ret);
 void d_flush_session_mounts(const char *session);
+void d_hold_session_mounts(const char *session);
+void d_release_session_mounts(const char *session);
 int d_checkpoint(const char *name, const char *msg, const char *effect, ntfs_hash *h, bool *changed);
+/* The same; with always, a commit is made even when nothing changed (a
+ * named checkpoint: fs/store.h ntfs_checkpoint_always). */
+int d_checkpoint_always(const char *name, const char *msg, const char *effect, bool always, ntfs_hash *h,
+                        bool *changed);
 
 /* Policy L1 + L2 for one call of tool in session: checks the persistent
  * counters (journal) and the workspace size (store), charges the call

@@ -571,9 +571,41 @@ void d_flush_session_mounts(const char *session) {
         pthread_mutex_unlock(&D.lock);
 }
 
+/* Flushes every mount of session and holds their WRITEs off
+ * (ntfs_mount_hold_writes: no write(2) halfway in) until
+ * d_release_session_mounts, for a checkpoint or fork in between. D.lock is
+ * held from one to the other, so no mount goes away meanwhile; the
+ * snapshot in between takes the store's lock (order: D.lock, then the
+ * store's) and must not wait for a mount's requests. */
+void d_hold_session_mounts(const char *session) {
+        pthread_mutex_lock(&D.lock);
+        for (struct dmount *m = D.mounts; m; m = m->next)
+                if (m->session && !m->ro && !atomic_load(&m->exited) && strcmp(m->session, session) == 0) {
+                        (void)ntfs_mount_hold_writes(m->m);
+                        m->held = true;
+                }
+}
+
+void d_release_session_mounts(const char *session) {
+        for (struct dmount *m = D.mounts; m; m = m->next)
+                if (m->held) {
+                        ntfs_mount_release_writes(m->m);
+                        m->held = false;
+                }
+        pthread_mutex_unlock(&D.lock);
+}
+
+int d_checkpoint_always(const char *name, const char *msg, const char *effect, bool always, ntfs_hash *h,
+                        bool *changed) {
+        d_hold_session_mounts(name);
+        int r = always ? ntfs_checkpoint_always(D.st, name, msg, effect, h, changed)
+                       : ntfs_checkpoint(D.st, name, msg, effect, h, changed);
+        d_release_session_mounts(name);
+        return r;
+}
+
 int d_checkpoint(const char *name, const char *msg, const char *effect, ntfs_hash *h, bool *changed) {
-        d_flush_session_mounts(name);
-        return ntfs_checkpoint(D.st, name, msg, effect, h, changed);
+        return d_checkpoint_always(name, msg, effect, false, h, changed);
 }
 
 void d_conn_free(void *ud, void *data) { free(data); }

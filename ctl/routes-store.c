@@ -194,11 +194,8 @@ static int h_checkpoint(void *ud, const ntfs_http_request *req, ntfs_http_respon
                 return ntfs_http_error(resp, -NTFS_ETOOLARGE, "message longer than 1000 bytes");
         ntfs_hash h;
         bool changed;
-        if (msg) { /* a message asked for is in the log, changes or not (fs/store.h) */
-                d_flush_session_mounts(name);
-                r = ntfs_checkpoint_always(D.st, name, msg, NULL, &h, &changed);
-        } else
-                r = d_checkpoint(name, "checkpoint", NULL, &h, &changed);
+        /* a message asked for is in the log, changes or not (fs/store.h) */
+        r = d_checkpoint_always(name, msg ? msg : "checkpoint", NULL, msg != NULL, &h, &changed);
         if (r < 0)
                 return ntfs_http_error(resp, r, "checkpoint of '%s' failed: %s", name, ntfs_strerror(r));
         json_t *o = d_commit_json(&h, "commit");
@@ -217,9 +214,11 @@ static int h_fork(void *ud, const ntfs_http_request *req, ntfs_http_response *re
         if ((r = ntfs_session_get(D.st, src, &si)) < 0)
                 return ntfs_http_error(resp, r, "session '%s': %s", src, ntfs_strerror(r));
         if (!at)
-                d_flush_session_mounts(src);
+                d_hold_session_mounts(src);
         ntfs_hash h;
         r = ntfs_fork(D.st, at ? at : src, newname, &h);
+        if (!at)
+                d_release_session_mounts(src);
         if (r < 0)
                 return ntfs_http_error(resp, r, "cannot fork '%s': %s", src, ntfs_strerror(r));
         (void)ntfs_journal_session_create(D.j, newname, (int64_t)req->peer.uid, NULL);

@@ -75,6 +75,7 @@ struct ntfs_mount {
         void *on_exit_ud;
         int (*on_fsync)(void *ud);
         void *on_fsync_ud;
+        struct mount_wseq *wseq; /* write(2)s split into pieces (mount-flush.h) */
 
         pthread_t loop_thread;
         bool loop_started;

@@ -26,9 +26,11 @@
 
 #include "common/cleanup.h"
 #include "common/err.h"
+#include "common/fault.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fs/acl.h"
+#include "fs/mount-flush.h"
 #include "fs/mount-internal.h"
 #include "common/banned.h"
 
@@ -838,7 +840,24 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
         }
         /* O_APPEND: the kernel already put off at its i_size, under the
          * inode lock; every writer goes through this one kernel. */
+        /* A page write-back (a store through a shared mapping); a test
+         * slows them down (NTFS_FAULT=mount.writepage:1+:sleepMS) to show
+         * that a checkpoint waits for them (docs/mount.md). */
+        bool wb = m->wseq && fi->writepage;
+        if (wb)
+                mount_wseq_wb_begin(m->wseq);
+        if (fi->writepage)
+                (void)NTFS_FAULT("mount.writepage");
+        /* A checkpoint keeps WRITEs out while it makes sure no write(2)
+         * the kernel split into pieces is halfway in (mount-flush.h). */
+        if (m->wseq)
+                mount_wseq_enter(m->wseq);
         ssize_t r = ntfs_ws_write(m->ws, ino, buf, size, (uint64_t)off, false);
+        if (m->wseq)
+                mount_wseq_leave(m->wseq, ino, (uint64_t)off + (r > 0 ? (uint64_t)r : 0), r > 0,
+                                 fi->writepage);
+        if (wb)
+                mount_wseq_wb_end(m->wseq);
         if (r < 0)
                 reply_err(req, (int)r);
         else

@@ -29,6 +29,7 @@
 #include <inttypes.h>
 #include <fuse_lowlevel.h>
 #include <limits.h>
+#include <poll.h>
 #include <linux/fuse.h>
 #include <pthread.h>
 #include <signal.h>
@@ -52,6 +53,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fs/fusepool.h"
+#include "fs/mount-flush.h"
 #include "fs/mount.h"
 #include "fs/mount-internal.h"
 #include "common/banned.h"
@@ -697,6 +699,7 @@ static int do_unmount(ntfs_mount *m) {
 static void mount_free(ntfs_mount *m) {
         if (!m)
                 return;
+        mount_wseq_free(m->wseq);
         if (m->se)
                 fuse_session_destroy(m->se);
         for (size_t i = 0; m->ebuckets && i < m->nebuckets; i++)
@@ -799,7 +802,7 @@ int ntfs_mount_stop(ntfs_mount *m) {
         return ret;
 }
 
-static int own_mount_call(const char *mountpoint, dev_t *dev);
+static int own_mount_call(const char *mountpoint, dev_t *dev, dev_t flush_dev);
 
 int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **ret) {
         if (!ws || !o || !o->mountpoint || !ret)
@@ -822,6 +825,10 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
         m->ws = ws;
         m->read_only = o->read_only || ntfs_ws_readonly(ws);
         m->relatime = o->relatime && !m->read_only;
+        if (!m->read_only && !(m->wseq = mount_wseq_new())) {
+                mount_free(m);
+                return -ENOMEM;
+        }
         m->entry_timeout = o->entry_timeout >= 0 ? o->entry_timeout : MOUNT_TIMEOUT;
         m->attr_timeout = o->attr_timeout >= 0 ? o->attr_timeout : MOUNT_TIMEOUT;
         m->max_threads = o->max_threads ? NTFS_MIN(o->max_threads, FUSEPOOL_MAX) : 8;
@@ -950,7 +957,7 @@ int ntfs_mount_start(ntfs_ws *ws, const struct ntfs_mount_opts *o, ntfs_mount **
                 ntfs_mount_stop(m);
                 return -ETIMEDOUT;
         }
-        if (own_mount_call(m->mountpoint, &m->dev) == 0)
+        if (own_mount_call(m->mountpoint, &m->dev, 0) == 0)
                 m->have_dev = true;
         set_readahead(m);
         *ret = m;
@@ -986,12 +993,16 @@ bool ntfs_mount_alive(const ntfs_mount *m) {
  * pages copy-on-write for as long as it lives: big tables written at
  * random are kept out of it (the store's inode cache, MADV_DONTFORK). */
 struct helper_req {
-        char op; /* 's' syncfs, 'd' st_dev */
+        char op;   /* 's' syncfs, 'd' st_dev, 'p' probe inodes (mount-flush.h), 'c' close what 'p' kept */
+        dev_t dev; /* 's': the mount's st_dev, 0 unknown (then syncfs only); 'p', 'c': whose files are kept */
+        uint32_t n, gen;                /* 'p' */
+        uint64_t ino[MOUNT_PROBE_MAX]; /* 'p' */
         char path[PATH_MAX];
 };
 struct helper_reply {
         int err;
         dev_t dev;
+        uint64_t stale; /* 'p' */
 };
 static pthread_mutex_t helper_lock = PTHREAD_MUTEX_INITIALIZER;
 static int helper_fd = -1;
@@ -1002,6 +1013,17 @@ static _Noreturn void helper_main(int fd) {
                 (void)close_range(3, (unsigned)fd - 1, 0);
         (void)close_range((unsigned)fd + 1, ~0u, 0);
         struct helper_req q;
+        int probed[MOUNT_PROBE_MAX];
+        for (int i = 0; i < MOUNT_PROBE_MAX; i++)
+                probed[i] = -1;
+        /* 'p' leaves the probed files open (mount-flush.h): closed by 'c'
+         * for their mount once its hold is over. */
+        struct {
+                dev_t dev;
+                int fd;
+        } kept[4 * MOUNT_PROBE_MAX];
+        for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+                kept[i].fd = -1;
         for (;;) {
                 ssize_t n = recv(fd, &q, sizeof q, 0);
                 if (n < 0 && errno == EINTR)
@@ -1022,23 +1044,67 @@ static _Noreturn void helper_main(int fd) {
                                 a.err = errno;
                         else
                                 a.dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+                } else if (q.op == 'c') {
+                        for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+                                if (kept[i].fd >= 0 && kept[i].dev == q.dev) {
+                                        close(kept[i].fd);
+                                        kept[i].fd = -1;
+                                }
+                } else if (q.op == 'p') {
+                        /* Probes no more inodes than there is room to keep
+                         * open: closing one now could wait for the hold
+                         * (mount-flush.h) while the holder waits for this
+                         * helper. One not probed counts as stale. */
+                        unsigned room = 0;
+                        for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+                                room += kept[i].fd < 0;
+                        unsigned np = q.n < room ? q.n : room;
+                        int f = open(q.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                        if (f < 0)
+                                a.err = errno;
+                        else {
+                                (void)mount_probe_inodes(f, q.ino, np, q.gen, &a.stale, probed);
+                                close(f);
+                                for (unsigned i = np; i < q.n && i < MOUNT_PROBE_MAX; i++)
+                                        a.stale |= 1ull << i;
+                        }
                 } else {
                         int f = open(q.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                         if (f < 0 || syncfs(f) < 0)
                                 a.err = errno;
                         if (f >= 0)
                                 close(f);
+                        /* syncfs started the write-back of mapped pages
+                         * but does not wait for it on FUSE (mount-flush.c) */
+                        if (!a.err && q.dev)
+                                (void)mount_flush_mapped(q.dev);
                 }
                 if (send(fd, &a, sizeof a, MSG_NOSIGNAL) != (ssize_t)sizeof a)
                         _exit(0);
+                /* Kept (there is room: above) until 'c' for q.dev. */
+                size_t k = 0;
+                for (int i = 0; i < MOUNT_PROBE_MAX; i++) {
+                        if (probed[i] < 0)
+                                continue;
+                        while (k < sizeof kept / sizeof kept[0] && kept[k].fd >= 0)
+                                k++;
+                        if (k == sizeof kept / sizeof kept[0])
+                                break; /* cannot happen: the probe took no more than the room */
+                        kept[k].dev = q.dev;
+                        kept[k].fd = probed[i];
+                        probed[i] = -1;
+                }
         }
 }
 
-static int own_mount_call(const char *mountpoint, dev_t *dev) {
-        struct helper_req q = { .op = dev ? 'd' : 's' };
-        if (strlen(mountpoint) >= sizeof q.path)
+/* Sends q to the helper (started if need be) and waits for its answer. With
+ * wait_ms >= 0 and a late callback: after wait_ms without an answer, calls
+ * late(ud) and *ret_late = true, then waits on. */
+static int helper_call(struct helper_req *q, const char *mountpoint, struct helper_reply *ret, int wait_ms,
+                       void (*late)(void *), void *ud, bool *ret_late) {
+        if (strlen(mountpoint) >= sizeof q->path)
                 return -ENAMETOOLONG;
-        memcpy(q.path, mountpoint, strlen(mountpoint) + 1);
+        memcpy(q->path, mountpoint, strlen(mountpoint) + 1);
         pthread_mutex_lock(&helper_lock);
         int r = 0;
         for (int attempt = 0; attempt < 2; attempt++) {
@@ -1062,8 +1128,19 @@ static int own_mount_call(const char *mountpoint, dev_t *dev) {
                         helper_pid = pid;
                 }
                 struct helper_reply a;
-                ssize_t n = send(helper_fd, &q, offsetof(struct helper_req, path) + strlen(q.path) + 1,
+                ssize_t n = send(helper_fd, q, offsetof(struct helper_req, path) + strlen(q->path) + 1,
                                  MSG_NOSIGNAL);
+                if (n > 0 && wait_ms >= 0 && late && !*ret_late) {
+                        struct pollfd pf = { .fd = helper_fd, .events = POLLIN };
+                        int pr;
+                        do
+                                pr = poll(&pf, 1, wait_ms);
+                        while (pr < 0 && errno == EINTR);
+                        if (pr == 0) {
+                                *ret_late = true;
+                                late(ud);
+                        }
+                }
                 if (n > 0) {
                         do
                                 n = recv(helper_fd, &a, sizeof a, 0);
@@ -1071,8 +1148,7 @@ static int own_mount_call(const char *mountpoint, dev_t *dev) {
                 }
                 if (n == (ssize_t)sizeof a) {
                         r = -a.err;
-                        if (r == 0 && dev)
-                                *dev = a.dev;
+                        *ret = a;
                         break;
                 }
                 /* The helper died (killed from outside): reap it, start another. */
@@ -1086,12 +1162,92 @@ static int own_mount_call(const char *mountpoint, dev_t *dev) {
         return r;
 }
 
+static int own_mount_call(const char *mountpoint, dev_t *dev, dev_t flush_dev) {
+        struct helper_req q = { .op = dev ? 'd' : 's', .dev = flush_dev };
+        struct helper_reply a;
+        int r = helper_call(&q, mountpoint, &a, -1, NULL, NULL, NULL);
+        if (r == 0 && dev)
+                *dev = a.dev;
+        return r;
+}
+
 int ntfs_mount_flush_kernel(ntfs_mount *m) {
         if (!m)
                 return -EINVAL;
         if (!ntfs_mount_alive(m))
                 return 0;
-        return own_mount_call(m->mountpoint, NULL);
+        return own_mount_call(m->mountpoint, NULL, m->have_dev ? m->dev : 0);
+}
+
+static void wseq_unlock_cb(void *ud) { mount_wseq_unlock(ud); }
+
+/* Has the helper close the files its probes of m left open (helper_main):
+ * only while m's WRITEs are let in, since closing writes dirty pages back
+ * and waits. */
+static void close_probed(ntfs_mount *m) {
+        if (!m->have_dev || !mount_wseq_kept(m->wseq))
+                return;
+        mount_wseq_set_kept(m->wseq, false);
+        struct helper_req q = { .op = 'c', .dev = m->dev };
+        struct helper_reply a;
+        (void)helper_call(&q, m->mountpoint, &a, -1, NULL, NULL, NULL);
+}
+
+int ntfs_mount_hold_writes(ntfs_mount *m) {
+        if (!m)
+                return -EINVAL;
+        int r = ntfs_mount_flush_kernel(m);
+        if (!m->wseq)
+                return r;
+        /* mount-flush.h: keep WRITEs out, then make sure no open inode is
+         * halfway through a write(2). */
+        int64_t start = ntfs_mono_ns();
+        for (;;) {
+                close_probed(m);
+                mount_wseq_lock(m->wseq);
+                struct helper_req q = { .op = 'p', .dev = m->dev, .gen = (uint32_t)ntfs_ws_generation(m->ws) };
+                int64_t at[MOUNT_PROBE_MAX];
+                q.n = mount_wseq_open(m->wseq, q.ino, at, MOUNT_PROBE_MAX);
+                int64_t now = ntfs_mono_ns();
+                if (mount_wseq_wb_pending(m->wseq) > 0 && now - start < MOUNT_WSEQ_MAX_NS && ntfs_mount_alive(m)) {
+                        /* a page write-back came in (mount-flush.h): let it in */
+                        mount_wseq_unlock(m->wseq);
+                        struct timespec ts = { 0, 1000000L };
+                        nanosleep(&ts, NULL);
+                        continue;
+                }
+                if (q.n == 0 || now - start >= MOUNT_WSEQ_MAX_NS || !ntfs_mount_alive(m) || !m->have_dev)
+                        return r;
+                struct helper_reply a;
+                bool late = false;
+                mount_wseq_set_kept(m->wseq, true);
+                int pr = helper_call(&q, m->mountpoint, &a, MOUNT_PROBE_WAIT_MS, wseq_unlock_cb, m->wseq, &late);
+                if (late)
+                        continue; /* unlocked: the writer went on; probe again */
+                bool young = false;
+                for (unsigned i = 0; i < q.n; i++) {
+                        /* Probed: whole. Not openable by its handle (gone
+                         * from the kernel's cache, or of another
+                         * generation): whole once quiet for a while. */
+                        bool stale = pr < 0 || (a.stale >> i & 1);
+                        if (!stale || now - at[i] >= MOUNT_WSEQ_QUIET_NS)
+                                mount_wseq_close(m->wseq, q.ino[i]);
+                        else
+                                young = true;
+                }
+                if (!young)
+                        return r;
+                mount_wseq_unlock(m->wseq);
+                struct timespec ts = { 0, 1000000L };
+                nanosleep(&ts, NULL);
+        }
+}
+
+void ntfs_mount_release_writes(ntfs_mount *m) {
+        if (m && m->wseq) {
+                mount_wseq_unlock(m->wseq);
+                close_probed(m);
+        }
 }
 
 void ntfs_mount_get_stats(ntfs_mount *m, struct ntfs_mount_stats *ret) {

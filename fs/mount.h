@@ -90,6 +90,19 @@ bool ntfs_mount_alive(const ntfs_mount *m);
  * for why a kill -9 must not find a thread waiting on its own mount. */
 int ntfs_mount_flush_kernel(ntfs_mount *m);
 
+/* ntfs_mount_flush_kernel, then keeps the mount's WRITEs from being
+ * applied (they wait in their workers) until ntfs_mount_release_writes,
+ * once no write(2) the kernel split into several WRITE requests is
+ * halfway in (probed through the helper: fs/mount-flush.h), so that a
+ * checkpoint or fork taken in between holds each write(2) whole or not at
+ * all. A write(2) in flight is let in and probed again; past 1 s of that
+ * the hold is taken anyway. Every hold is followed by exactly one
+ * release, from any thread; nothing in between may wait for this mount's
+ * requests (a rollback's invalidation does: take no hold for it). Returns
+ * the flush's error; the hold is taken either way. */
+int ntfs_mount_hold_writes(ntfs_mount *m);
+void ntfs_mount_release_writes(ntfs_mount *m);
+
 /* Drops the kernel's cached entries, attributes and pages for everything
  * this mount told the kernel about; complete when it returns. Runs
  * automatically after a rollback (the ws invalidate callback), but the

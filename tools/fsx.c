@@ -7,7 +7,7 @@
  * checkpoint) and forks (a second model follows the fork's mount) are
  * interleaved at random, all through the control socket.
  *
- *   fsx -s SOCKET [-N OPS] [-S SEED] [-d DIR] [-v] [-k]
+ *   fsx -s SOCKET [-N OPS] [-S SEED] [-d DIR] [-T SECS] [-F MS] [-v] [-k] [-X OP]
  *
  * Every random choice comes from one generator seeded with SEED (printed
  * first), so a failure is reproduced by running again with -S SEED (and the
@@ -22,6 +22,19 @@
  * number (and no others do); the full content of the file(s) the operation
  * touched. After a rollback or a fork, and every 64 operations, the full
  * content of every file and the directory listings.
+ *
+ * With -F MS a second thread forks the main session's live state (no
+ * --at: what a fork of a running program's workspace takes) every MS
+ * milliseconds while the operations go on; each fork is mounted and must
+ * equal the model after some operation between the last one that
+ * completed before the request and the last one that started before its
+ * answer (issue 61: a checkpoint holds every completed write). A store into
+ * a MAP_SHARED mapping is no operation the kernel sees the end of, so the
+ * bytes stored through a mapping while the fork is served (by operations
+ * after the request, the one in flight included) may be held in part;
+ * every store made before the request must be in it. In this mode half of
+ * the mapped writes leave their mapping in place, dirty, without msync, for
+ * some later operations, so forks find dirty mapped pages to write back.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -29,6 +42,8 @@
 #include <getopt.h>
 #include <signal.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -244,8 +259,18 @@ static void end_sess(struct sess *s) {
         s->live = false;
 }
 
+static void kept_unmap(void);
+static void lf_stop(void);
+static struct sess lf_sess; /* a live fork being checked (-F) */
+
 static void cleanup_all(void) {
-        if (!cli || keep)
+        kept_unmap(); /* a dirty mapping would keep the mount busy */
+        if (!cli)
+                return;
+        if (lf_sess.live && !keep)
+                end_sess(&lf_sess);
+        lf_stop();
+        if (keep)
                 return;
         for (int i = 1; i >= 0; i--)
                 if (sess[i].live)
@@ -288,17 +313,22 @@ static void path_of(const struct sess *s, int slot, char *buf, size_t len) {
         snprintf(buf, len, "%s/%s", s->mnt, names[slot]);
 }
 
+static int kept_fd(const struct sess *s, int ino);
+
 static void check_content(const struct sess *s, int slot) {
         char p[600];
         path_of(s, slot, p, sizeof p);
         const struct minode *mi = &s->m.ino[s->m.slot[slot]];
-        _cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
+        /* A file mapped dirty (-F) is read through the mapping's fd: a
+         * close writes its dirty pages back (FUSE's flush). */
+        int kfd = kept_fd(s, s->m.slot[slot]);
+        _cleanup_close_ int fd = kfd >= 0 ? -1 : open(p, O_RDONLY | O_CLOEXEC);
+        if (kfd < 0 && fd < 0)
                 fail("open %s for the content check: %m", p);
         static uint8_t buf[MAXLEN + 1];
         size_t got = 0;
         for (;;) {
-                ssize_t n = read(fd, buf + got, sizeof buf - got);
+                ssize_t n = pread(kfd >= 0 ? kfd : fd, buf + got, sizeof buf - got, (off_t)got);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0)
@@ -533,28 +563,87 @@ static void op_truncate(struct sess *s, int slot) {
         n_trunc++;
 }
 
+/* -F: a mapping left in place, dirty, by a mapped write (op_mmap). */
+static struct {
+        uint8_t *addr;
+        size_t len;
+        int fd; /* the file's, kept open: closing one writes the dirty pages back */
+        const struct sess *s;
+        int ino; /* model inode */
+        unsigned ops_left;
+} kept;
+
+static int kept_fd(const struct sess *s, int ino) { return kept.addr && kept.s == s && kept.ino == ino ? kept.fd : -1; }
+static int last_op_mmap_ino = -1; /* the model inode of sess[0] the last operation stored into by mmap */
+static uint64_t lf_period_ms;     /* -F */
+
+static void lf_wait_answer(void);
+
+static void kept_unmap(void) {
+        if (!kept.addr)
+                return;
+        /* Not while a live fork is being served: the unmapping writes the
+         * pages back itself, and a fork does not wait for a write-back of
+         * a mapping that is already gone (docs/mount.md, "What a
+         * checkpoint of a live mount holds": the gap found this way). */
+        lf_wait_answer();
+        munmap(kept.addr, kept.len); /* writes the dirty pages back and waits (FUSE) */
+        close(kept.fd);
+        kept.addr = NULL;
+}
+
 static void op_mmap(struct sess *s, int slot) {
         struct minode *mi = &s->m.ino[s->m.slot[slot]];
         if (mi->len == 0) {
                 op_write(s, slot, false);
                 return;
         }
-        size_t off = rnd_below(mi->len);
-        size_t len = 1 + rnd_below(mi->len - off < 70000 ? mi->len - off : 70000);
-        logop("%s: mmapwrite %s off %zu len %zu (size %zu)", s->name, names[slot], off, len, mi->len);
-        _cleanup_close_ int fd = open_slot(s, slot, O_RDWR);
-        uint8_t *m = mmap(NULL, mi->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (m == MAP_FAILED)
-                fail("mmap %s (%zu bytes): %m", names[slot], mi->len);
+        bool reuse = kept.addr && kept.s == s && kept.ino == s->m.slot[slot] && kept.len <= mi->len;
+        if (!reuse)
+                kept_unmap();
+        size_t maplen = reuse ? kept.len : mi->len;
+        size_t off = rnd_below(maplen);
+        size_t len = 1 + rnd_below(maplen - off < 70000 ? maplen - off : 70000);
+        bool keep_map = lf_period_ms && rnd_below(2);
+        logop("%s: mmapwrite %s off %zu len %zu (size %zu)%s", s->name, names[slot], off, len, mi->len,
+              reuse ? " into the kept mapping" : keep_map ? ", kept mapped without msync" : "");
+        uint8_t *m;
+        int fd = -1;
+        if (reuse) {
+                m = kept.addr;
+        } else {
+                fd = open_slot(s, slot, O_RDWR);
+                m = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+                if (m == MAP_FAILED) {
+                        close(fd);
+                        fail("mmap %s (%zu bytes): %m", names[slot], maplen);
+                }
+        }
         static uint8_t buf[MAXLEN];
         fill(buf, len);
         memcpy(m + off, buf, len);
-        if (msync(m, mi->len, MS_SYNC) < 0)
-                fail("msync %s: %m", names[slot]);
         if (memcmp(m, mi->data, off) != 0)
                 fail("mmap %s: the mapping's bytes before the write differ from the model", names[slot]);
-        munmap(m, mi->len);
         memcpy(mi->data + off, buf, len);
+        if (s == &sess[0])
+                last_op_mmap_ino = s->m.slot[slot];
+        if (reuse || keep_map) {
+                if (!reuse) {
+                        kept.addr = m;
+                        kept.len = maplen;
+                        kept.fd = fd;
+                        kept.s = s;
+                        kept.ino = s->m.slot[slot];
+                }
+                kept.ops_left = 1 + (unsigned)rnd_below(16);
+        } else {
+                if (msync(m, maplen, MS_SYNC) < 0) {
+                        close(fd);
+                        fail("msync %s: %m", names[slot]);
+                }
+                munmap(m, maplen);
+                close(fd);
+        }
         n_mmap++;
 }
 
@@ -675,6 +764,14 @@ static void one_op(void) {
         int touched = -1;
         if (slot < 0 && r < 80)
                 r = 80; /* nothing to work on: create */
+        last_op_mmap_ino = -1;
+        /* A kept mapping (-F) stays over reads, writes, mapped writes (into
+         * it, or it is replaced), links, creates and checkpoints: not over
+         * what can drop its inode or its pages (truncate, rename, unlink,
+         * rollback, fork). */
+        if (kept.addr &&
+            (kept.ops_left-- == 0 || !(r < 41 || (r >= 50 && r < 57) || (r >= 63 && r < 68) || (r >= 73 && r < 94))))
+                kept_unmap();
         if (r < 16) {
                 op_read(s, slot);
         } else if (r < 36) {
@@ -734,9 +831,358 @@ static void one_op(void) {
         *(is_api ? &t_api : &t_io) += ntfs_mono_ns() - t_start;
 }
 
+/* ---- live forks (-F) -------------------------------------------------------------------------
+ *
+ * The main thread counts the operations it starts and completes. When a fork
+ * is due, between two operations, it keeps a copy of the main session's
+ * model (the state after lo = ops_done operations) and wakes the fork
+ * thread, which sends POST /v1/sessions/NAME/fork without "at" and, once
+ * answered, reads hi = ops_started. Meanwhile the main thread keeps a copy
+ * of the model after each operation it completes. The fork may hold the
+ * state after any operation from lo to hi (every one that completed before
+ * the request was sent is in it, none that started after its answer): it
+ * must equal one of those copies. */
+
+#define LF_MAX 48 /* copies kept while a fork is in flight; past it the main thread waits for the answer */
+
+enum { LF_IDLE, LF_ASKED, LF_ANSWERED, LF_QUIT };
+static pthread_mutex_t lf_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t lf_cv = PTHREAD_COND_INITIALIZER;
+static int lf_state;      /* under lf_mu */
+static uint64_t lf_lo, lf_hi;
+static int lf_err;
+static char lf_errmsg[512];
+static char lf_name[64];
+static pthread_t lf_thread;
+static bool lf_started;
+static const char *sock_path;
+static _Atomic uint64_t ops_started, ops_done;
+static struct {
+        uint64_t c;     /* the state after c operations */
+        int mmap_ino;   /* operation c stored into this model inode through a mapping, or -1 */
+        struct model m; /* sess[0]'s */
+} lf_cand[LF_MAX];
+static int lf_ncand;
+static int64_t lf_next;
+static uint64_t n_lf, n_lf_mmap, lf_win_max, lf_win_sum;
+static int64_t lf_sent, lf_answered; /* ntfs_mono_ns */
+
+static void lf_wait_answer(void) {
+        if (!lf_started)
+                return;
+        pthread_mutex_lock(&lf_mu);
+        while (lf_state == LF_ASKED)
+                pthread_cond_wait(&lf_cv, &lf_mu);
+        pthread_mutex_unlock(&lf_mu);
+}
+
+static void *lf_main(void *arg) {
+        (void)arg;
+        ntfs_client *c = NULL;
+        int cr = ntfs_client_new(sock_path, &c);
+        pthread_mutex_lock(&lf_mu);
+        for (;;) {
+                while (lf_state != LF_ASKED && lf_state != LF_QUIT)
+                        pthread_cond_wait(&lf_cv, &lf_mu);
+                if (lf_state == LF_QUIT)
+                        break;
+                char path[256], err[512] = "";
+                snprintf(path, sizeof path, "/v1/sessions/%s/fork", sess[0].name);
+                json_t *body = json_pack("{s:s}", "name", lf_name);
+                pthread_mutex_unlock(&lf_mu);
+                int64_t sent = ntfs_mono_ns();
+                int r = cr < 0 ? cr : ntfs_client_call(c, "POST", path, body, NULL, err, sizeof err);
+                json_decref(body);
+                uint64_t hi = atomic_load(&ops_started);
+                int64_t answered = ntfs_mono_ns();
+                pthread_mutex_lock(&lf_mu);
+                lf_sent = sent;
+                lf_answered = answered;
+                lf_hi = hi;
+                lf_err = r;
+                snprintf(lf_errmsg, sizeof lf_errmsg, "%s", err[0] ? err : strerror(r < -4096 ? EIO : -r));
+                lf_state = LF_ANSWERED;
+                pthread_cond_broadcast(&lf_cv);
+        }
+        pthread_mutex_unlock(&lf_mu);
+        ntfs_client_free(c);
+        return NULL;
+}
+
+/* What a mount holds, read once: every name of the model's namespace. */
+struct found {
+        bool exists[NNAMES];
+        uint64_t ino[NNAMES];
+        nlink_t nlink[NNAMES];
+        size_t len[NNAMES];
+        uint8_t *data[NNAMES]; /* MAXLEN + 1 bytes each */
+        int root_entries, d_entries;
+};
+
+static int count_entries(const char *dir, bool skip_d) {
+        DIR *d = opendir(dir);
+        if (!d)
+                fail("opendir %s: %m", dir);
+        int n = 0;
+        struct dirent *de;
+        while ((de = readdir(d)))
+                if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && !(skip_d && !strcmp(de->d_name, "d")))
+                        n++;
+        closedir(d);
+        return n;
+}
+
+static void read_found(const struct sess *s, struct found *f) {
+        for (int i = 0; i < NNAMES; i++) {
+                char p[600];
+                path_of(s, i, p, sizeof p);
+                struct stat st;
+                f->exists[i] = lstat(p, &st) == 0;
+                if (!f->exists[i]) {
+                        if (errno != ENOENT)
+                                fail("lstat %s: %m", p);
+                        continue;
+                }
+                if (!S_ISREG(st.st_mode))
+                        fail("%s: not a regular file (mode %o)", p, st.st_mode);
+                f->ino[i] = st.st_ino;
+                f->nlink[i] = st.st_nlink;
+                _cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        fail("open %s: %m", p);
+                size_t got = 0;
+                for (;;) {
+                        ssize_t n = read(fd, f->data[i] + got, MAXLEN + 1 - got);
+                        if (n < 0 && errno == EINTR)
+                                continue;
+                        if (n < 0)
+                                fail("read %s: %m", p);
+                        got += (size_t)n;
+                        if (n == 0 || got == MAXLEN + 1)
+                                break;
+                }
+                f->len[i] = got;
+        }
+        char p[600];
+        snprintf(p, sizeof p, "%s", s->mnt);
+        f->root_entries = count_entries(p, true);
+        snprintf(p, sizeof p, "%s/d", s->mnt);
+        f->d_entries = count_entries(p, false);
+}
+
+/* NULL when f equals model m; the bytes of a model inode in mask may also
+ * be those of one of the nalt models alt at the same offset (stores into a
+ * mapping made while the request was served). Else what differs. */
+static const char *differs(const struct found *f, const struct model *m, const struct model *const *alt, int nalt,
+                           unsigned mask, char *why, size_t whylen) {
+        int root = 0, d = 0;
+        for (int i = 0; i < NNAMES; i++) {
+                int mi = m->slot[i];
+                if (mi >= 0)
+                        *(i < 6 ? &root : &d) += 1;
+                if (f->exists[i] != (mi >= 0)) {
+                        snprintf(why, whylen, "%s %s", names[i], f->exists[i] ? "exists, not in the model" : "missing");
+                        return why;
+                }
+                if (mi < 0)
+                        continue;
+                if (f->nlink[i] != (nlink_t)model_nlink(m, mi)) {
+                        snprintf(why, whylen, "%s: st_nlink %ju, the model has %d", names[i], (uintmax_t)f->nlink[i],
+                                 model_nlink(m, mi));
+                        return why;
+                }
+                for (int k = 0; k < i; k++)
+                        if (m->slot[k] >= 0 && (m->slot[k] == mi) != (f->ino[k] == f->ino[i])) {
+                                snprintf(why, whylen, "%s and %s: %s inode, the model says otherwise", names[k],
+                                         names[i], f->ino[k] == f->ino[i] ? "the same" : "not the same");
+                                return why;
+                        }
+                const struct minode *n = &m->ino[mi];
+                if (f->len[i] != n->len) {
+                        snprintf(why, whylen, "%s: %zu bytes, the model has %zu", names[i], f->len[i], n->len);
+                        return why;
+                }
+                for (size_t b = 0; b < n->len; b++) {
+                        if (f->data[i][b] == n->data[b])
+                                continue;
+                        bool any = false;
+                        for (int a = 0; a < nalt && (mask >> mi & 1) && !any; a++)
+                                any = alt[a]->ino[mi].used && alt[a]->ino[mi].len > b &&
+                                      alt[a]->ino[mi].data[b] == f->data[i][b];
+                        if (!any) {
+                                size_t e = b, last = b, ndiff = 0;
+                                while (e < n->len && f->data[i][e] != n->data[e])
+                                        e++;
+                                for (size_t x = b; x < n->len; x++)
+                                        if (f->data[i][x] != n->data[x]) {
+                                                ndiff++;
+                                                last = x;
+                                        }
+                                snprintf(why, whylen,
+                                         "%s: bytes %zu to %zu differ from the model (%zu bytes differ, the last "
+                                         "at %zu)",
+                                         names[i], b, e, ndiff, last);
+                                return why;
+                        }
+                }
+        }
+        if (f->root_entries != root || f->d_entries != d) {
+                snprintf(why, whylen, "%d entries in the root and %d in d/, the model has %d and %d", f->root_entries,
+                         f->d_entries, root, d);
+                return why;
+        }
+        return NULL;
+}
+
+static void lf_keep(void) {
+        uint64_t c = atomic_load(&ops_done);
+        if (lf_ncand > 0 && lf_cand[lf_ncand - 1].c == c)
+                return;
+        if (lf_ncand == LF_MAX) { /* lf_between waits before: cannot happen */
+                fprintf(stderr, "fsx: live fork: more than %d copies (bug in fsx)\n", LF_MAX);
+                abort();
+        }
+        lf_cand[lf_ncand].c = c;
+        lf_cand[lf_ncand].mmap_ino = last_op_mmap_ino;
+        model_copy(&lf_cand[lf_ncand].m, &sess[0].m);
+        lf_ncand++;
+}
+
+static void lf_check(void) {
+        if (lf_err < 0)
+                fail("live fork of %s: %s", sess[0].name, lf_errmsg);
+        static struct found f;
+        for (int i = 0; i < NNAMES; i++)
+                if (!f.data[i])
+                        f.data[i] = xmalloc(MAXLEN + 1);
+        memset(&lf_sess, 0, sizeof lf_sess);
+        model_init(&lf_sess.m);
+        for (int i = 0; i < MAXSNAPS; i++)
+                model_init(&lf_sess.snaps[i].m);
+        snprintf(lf_sess.name, sizeof lf_sess.name, "%s", lf_name);
+        snprintf(lf_sess.mnt, sizeof lf_sess.mnt, "%s/live", workdir);
+        lf_sess.live = true;
+        mount_sess(&lf_sess);
+        read_found(&lf_sess, &f);
+        end_sess(&lf_sess);
+        /* Operation numbers as in the log: the state after c operations
+         * is the state after operation c - 1. */
+        char why[256], diffs[1536] = "";
+        size_t dl = 0;
+        bool ok = false, mixed = false;
+        int k0 = -1;
+        for (int k = 0; k < lf_ncand && !ok; k++) {
+                if (lf_cand[k].c < lf_lo || lf_cand[k].c > lf_hi)
+                        continue;
+                if (k0 < 0)
+                        k0 = k;
+                const char *w = differs(&f, &lf_cand[k].m, NULL, 0, 0, why, sizeof why);
+                if (!w) {
+                        ok = true;
+                        break;
+                }
+                if (dl < sizeof diffs)
+                        dl += (size_t)snprintf(diffs + dl, sizeof diffs - dl, "\n  after operation %" PRId64 ": %s",
+                                               (int64_t)lf_cand[k].c - 1, w);
+                /* Stores into a mapping made while the request was served
+                 * (by operations after lo, and by operation c + 1 in
+                 * flight) may be held in part: their bytes may be any value
+                 * they had meanwhile (docs/mount.md). */
+                unsigned mask = 0;
+                int last = k;
+                for (int j = k0 + 1; j <= k; j++)
+                        if (lf_cand[j].mmap_ino >= 0)
+                                mask |= 1u << lf_cand[j].mmap_ino;
+                if (k + 1 < lf_ncand && lf_cand[k + 1].c <= lf_hi && lf_cand[k + 1].mmap_ino >= 0) {
+                        mask |= 1u << lf_cand[k + 1].mmap_ino;
+                        last = k + 1;
+                }
+                if (!mask)
+                        continue;
+                const struct model *alt[LF_MAX];
+                int nalt = 0;
+                for (int j = k0; j <= last; j++)
+                        alt[nalt++] = &lf_cand[j].m;
+                w = differs(&f, &lf_cand[k].m, alt, nalt, mask, why, sizeof why);
+                if (!w)
+                        ok = mixed = true;
+                else if (dl < sizeof diffs)
+                        dl += (size_t)snprintf(diffs + dl, sizeof diffs - dl,
+                                               " (with the mapped stores of the window in part: %s)", w);
+        }
+        if (!ok)
+                fail("live fork %s (requested after operation %" PRId64 ", answered during operation %" PRId64
+                     "; sent at %.3f s, answered at %.3f s of CLOCK_MONOTONIC) equals the model after none of them:%s",
+                     lf_name, (int64_t)lf_lo - 1, (int64_t)lf_hi - 1, (double)lf_sent / 1e9, (double)lf_answered / 1e9,
+                     diffs);
+        logop("live fork %s: equal to the model between operations %" PRId64 " and %" PRId64 "%s", lf_name,
+              (int64_t)lf_lo - 1, (int64_t)lf_hi - 1, mixed ? " (mapped stores made meanwhile held in part)" : "");
+        n_lf++;
+        n_lf_mmap += mixed;
+        lf_win_sum += lf_hi - lf_lo;
+        if (lf_hi - lf_lo > lf_win_max)
+                lf_win_max = lf_hi - lf_lo;
+        for (int k = 0; k < lf_ncand; k++)
+                model_release(&lf_cand[k].m);
+        lf_ncand = 0;
+}
+
+/* Between two operations (the main thread). final: wait for a fork in
+ * flight, check it, and start no other. */
+static void lf_between(bool final) {
+        if (!lf_period_ms)
+                return;
+        pthread_mutex_lock(&lf_mu);
+        /* Waited for: the fork then answered between two operations, so
+         * no more than one more copy is needed. */
+        if (lf_state == LF_ASKED && (final || lf_ncand >= LF_MAX - 1))
+                while (lf_state == LF_ASKED)
+                        pthread_cond_wait(&lf_cv, &lf_mu);
+        if (lf_state == LF_ASKED || (lf_state == LF_ANSWERED && lf_hi >= atomic_load(&ops_done)))
+                lf_keep();
+        if (lf_state == LF_ANSWERED) {
+                pthread_mutex_unlock(&lf_mu);
+                lf_check();
+                pthread_mutex_lock(&lf_mu);
+                lf_state = LF_IDLE;
+                lf_next = ntfs_mono_ns() + (int64_t)lf_period_ms * 1000000;
+        }
+        if (lf_state == LF_IDLE && !final && ntfs_mono_ns() >= lf_next) {
+                lf_ncand = 0;
+                lf_keep();
+                lf_lo = atomic_load(&ops_done);
+                snprintf(lf_name, sizeof lf_name, "fsx-%" PRIx64 "-l%" PRIu64, seed & 0xffffffffu, n_lf + 1);
+                lf_state = LF_ASKED;
+                pthread_cond_signal(&lf_cv);
+        }
+        pthread_mutex_unlock(&lf_mu);
+}
+
+static void lf_stop(void) {
+        if (!lf_started)
+                return;
+        pthread_mutex_lock(&lf_mu);
+        while (lf_state == LF_ASKED)
+                pthread_cond_wait(&lf_cv, &lf_mu);
+        if (lf_state == LF_ANSWERED && lf_err == 0 && !keep) {
+                /* made and not checked (a failure on the way): ended here */
+                char path[256], err[256];
+                snprintf(path, sizeof path, "/v1/sessions/%s", lf_name);
+                api("DELETE", path, NULL, NULL, err, sizeof err);
+        }
+        lf_state = LF_QUIT;
+        pthread_cond_broadcast(&lf_cv);
+        pthread_mutex_unlock(&lf_mu);
+        pthread_join(lf_thread, NULL);
+        lf_started = false;
+        for (int k = 0; k < lf_ncand; k++)
+                model_release(&lf_cand[k].m);
+        lf_ncand = 0;
+}
+
 static void usage(FILE *f) {
         fprintf(f,
-                "usage: fsx -s SOCKET [-N OPS] [-S SEED] [-d DIR] [-T SECS] [-v] [-k] [-X OP]\n"
+                "usage: fsx -s SOCKET [-N OPS] [-S SEED] [-d DIR] [-T SECS] [-F MS] [-v] [-k] [-X OP]\n"
                 "  -s SOCKET  ntfsd's control socket (or $NTFS_SOCKET)\n"
                 "  -N OPS     operations to run (default 10000)\n"
                 "  -S SEED    seed of the random choices (default: from the clock; printed)\n"
@@ -744,6 +1190,8 @@ static void usage(FILE *f) {
                 "  -v         print every operation\n"
                 "  -k         keep the sessions (and mounts) at the end\n"
                 "  -T SECS    stop after SECS seconds (with the checks and the summary)\n"
+                "  -F MS      fork the main session's live state every MS ms from another thread;\n"
+                "             each fork must equal the model after an operation around its request\n"
                 "  -X OP      self-test: corrupt the model at operation OP; fsx must then fail\n"
                 "exit: 0 all checks held, 1 a mismatch or failed call, 2 usage/setup error\n");
 }
@@ -755,7 +1203,7 @@ int main(int argc, char **argv) {
         nops = 10000;
         seed = (uint64_t)ntfs_now_ns() ^ ((uint64_t)getpid() << 32);
         int c;
-        while ((c = getopt(argc, argv, "s:N:S:d:X:T:vkh")) != -1) {
+        while ((c = getopt(argc, argv, "s:N:S:d:X:T:F:vkh")) != -1) {
                 switch (c) {
                 case 's':
                         sock = optarg;
@@ -777,6 +1225,12 @@ int main(int argc, char **argv) {
                         break;
                 case 'T':
                         if (ntfs_parse_u64(optarg, UINT64_MAX / 1000000000ull, &max_secs) < 0) {
+                                usage(stderr);
+                                return 2;
+                        }
+                        break;
+                case 'F':
+                        if (ntfs_parse_u64(optarg, 3600 * 1000, &lf_period_ms) < 0 || lf_period_ms == 0) {
                                 usage(stderr);
                                 return 2;
                         }
@@ -805,6 +1259,7 @@ int main(int argc, char **argv) {
                 usage(stderr);
                 return 2;
         }
+        sock_path = sock;
         rng_state = seed;
         setvbuf(stdout, NULL, _IOLBF, 0);
         printf("fsx: seed %" PRIu64 ", %" PRIu64 " operations\n", seed, nops);
@@ -845,13 +1300,23 @@ int main(int argc, char **argv) {
         if (mkdir(d, 0755) < 0)
                 fail("mkdir %s: %m", d);
         checkpoint(m);
+        if (lf_period_ms) {
+                lf_next = ntfs_mono_ns() + (int64_t)lf_period_ms * 1000000;
+                int e = pthread_create(&lf_thread, NULL, lf_main, NULL);
+                if (e != 0)
+                        fail("pthread_create: %s", strerror(e));
+                lf_started = true;
+        }
         struct sigaction sa = { .sa_handler = on_stop, .sa_flags = SA_RESTART };
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
         int64_t t0 = ntfs_mono_ns();
         uint64_t done_ops = 0;
         for (opno = 0; opno < nops && !stop_requested; opno++) {
+                atomic_store(&ops_started, opno + 1);
                 one_op();
+                atomic_store(&ops_done, opno + 1);
+                lf_between(false);
                 done_ops = opno + 1;
                 if (!verbose && done_ops % 10000 == 0)
                         printf("fsx: %" PRIu64 " operations, %.0f s\n", done_ops,
@@ -869,6 +1334,9 @@ int main(int argc, char **argv) {
                 if (max_secs && ntfs_mono_ns() - t0 > (int64_t)(max_secs * 1000000000ull))
                         break;
         }
+        lf_between(true);
+        lf_stop();
+        kept_unmap();
         for (int i = 0; i < 2; i++)
                 if (sess[i].live)
                         check_all(&sess[i]);
@@ -881,6 +1349,11 @@ int main(int argc, char **argv) {
                " gcs %" PRIu64 "\n",
                n_read, n_write, n_hole, n_trunc, n_mmap, n_fsync, n_create, n_unlink, n_rename, n_link, n_ckpt, n_rb,
                n_rb_refused, n_fork, n_gc);
+        if (lf_period_ms)
+                printf("fsx: live forks %" PRIu64 " (each equal to the model after an operation around its request; "
+                       "%" PRIu64 " with mapped stores made meanwhile held in part), up to %" PRIu64
+                       " operations in a request's window (mean %.1f)\n",
+                       n_lf, n_lf_mmap, lf_win_max, n_lf ? (double)lf_win_sum / (double)n_lf : 0.0);
         printf("fsx: time in checkpoint/rollback/fork operations %.1f s, in file operations and checks %.1f s\n",
                (double)t_api / 1e9, (double)t_io / 1e9);
         cleanup_all();

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
@@ -106,6 +107,25 @@ TEST(errcodes) {
         ASSERT_EQ(ntfs_http_status(-NTFS_ENOSESSION), 404);
         ASSERT_STREQ(ntfs_errcode(-ENOSPC), "no_space");
         ASSERT_STREQ(ntfs_errcode(-12345), "internal");
+}
+
+/* From the environment, "N+" fires at the Nth hit and at every one after
+ * (mount.writepage:1+:sleep40 in test_fsx.py). The environment is read at
+ * the first hit of the process, so in a child (run before any other
+ * ntfs_fault call of this process). */
+TEST(fault_env_every) {
+        pid_t pid = fork();
+        ASSERT(pid >= 0);
+        if (pid == 0) {
+                setenv("NTFS_FAULT", "t.every:2+:error", 1);
+                bool ok = ntfs_fault("t.every") == 0 && ntfs_fault("t.other") == 0 &&
+                          ntfs_fault("t.every") == -EIO && ntfs_fault("t.every") == -EIO &&
+                          ntfs_fault("t.every") == -EIO && ntfs_fault_hits("t.every") == 4;
+                _exit(ok ? 0 : 1);
+        }
+        int st = 0;
+        ASSERT_EQ(waitpid(pid, &st, 0), pid);
+        ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 /* An armed point fires at its nth hit only: ERROR returns -EIO there,
@@ -252,6 +272,7 @@ TEST(log_sinks) {
 }
 
 int main(void) {
+        RUN(fault_env_every); /* first: see there */
         RUN(names);
         RUN(hex_roundtrip);
         RUN(durable_write);
