@@ -125,6 +125,11 @@ int d_session_mountpoint(const char *session, char **ret);
 void d_flush_session_mounts(const char *session);
 void d_hold_session_mounts(const char *session);
 void d_release_session_mounts(const char *session);
+/* The journal's record of a session made or ended by a store operation
+ * that already succeeded: a failure to record it is logged (the session's
+ * rows are metadata: its effects are journaled by their own calls). */
+void d_journal_session_created(const char *name, int64_t uid);
+void d_journal_session_ended(const char *name);
 int d_checkpoint(const char *name, const char *msg, const char *effect, ntfs_hash *h, bool *changed);
 /* The same; with always, a commit is made even when nothing changed (a
  * named checkpoint: fs/store.h ntfs_checkpoint_always). */

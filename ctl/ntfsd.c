@@ -608,6 +608,18 @@ int d_checkpoint(const char *name, const char *msg, const char *effect, ntfs_has
         return d_checkpoint_always(name, msg, effect, false, h, changed);
 }
 
+void d_journal_session_created(const char *name, int64_t uid) {
+        int r = ntfs_journal_session_create(D.j, name, uid, NULL);
+        if (r < 0 && r != -EEXIST && r != -NTFS_ESESSEXISTS)
+                log_warn("journal: recording session %s: %s", name, ntfs_strerror(r));
+}
+
+void d_journal_session_ended(const char *name) {
+        int r = ntfs_journal_session_end(D.j, name);
+        if (r < 0 && r != -NTFS_ENOSESSION)
+                log_warn("journal: recording the end of session %s: %s", name, ntfs_strerror(r));
+}
+
 void d_conn_free(void *ud, void *data) { free(data); }
 
 /* ---- auto-checkpoint ----------------------------------------------------------------- */

@@ -84,7 +84,7 @@ static int step_locked(const char *session, const json_t *event, const json_t *c
                         ntfs_hash_hex(&si.head, hex);
                         uint64_t gens = ntfs_step_generations(messages);
                         if (no_journal_session) /* made with /v1/sessions: no journal row yet */
-                                (void)ntfs_journal_session_create(D.j, session, -1, NULL);
+                                d_journal_session_created(session, -1);
                         r = ntfs_journal_state_save(D.j, session, gens, ms, cursor, hex);
                         if (r < 0) {
                                 json_decref(messages);

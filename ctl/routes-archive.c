@@ -381,9 +381,7 @@ static int h_import(void *ud, const ntfs_http_request *req, ntfs_http_response *
                 log_info("import into %s refused: %s", name, why[0] ? why : ntfs_strerror(r));
                 return ntfs_http_error(resp, r, "%s", why[0] ? why : ntfs_strerror(r));
         }
-        int jr = ntfs_journal_session_create(D.j, name, (int64_t)req->peer.uid, NULL);
-        if (jr < 0 && jr != -EEXIST && jr != -NTFS_ESESSEXISTS)
-                log_warn("journal: session %s: %s", name, ntfs_strerror(jr));
+        d_journal_session_created(name, (int64_t)req->peer.uid);
         double secs = (double)(ntfs_mono_ns() - t0) / 1e9;
         log_info("imported %s: %" PRIu64 " entries, %" PRIu64 " bytes in %.2f s", name, fin.entries, fin.bytes, secs);
         json_t *o = d_commit_json(&h, "head");

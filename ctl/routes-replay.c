@@ -356,7 +356,7 @@ static int h_replay(void *ud, const ntfs_http_request *req, ntfs_http_response *
                 ntfs_effects_free(arr, n);
                 return r;
         }
-        (void)ntfs_journal_session_create(D.j, into, (int64_t)req->peer.uid, NULL);
+        d_journal_session_created(into, (int64_t)req->peer.uid);
         log_info("replay: %s from step %" PRIu64 " into %s (forked at %.12s, %zu effect(s))", name,
                  arr[first].step, into, arr[first].commit_before, n - first);
 

@@ -83,7 +83,7 @@ static int h_seed_start(void *ud, const ntfs_http_request *req, ntfs_http_respon
                 snprintf(name, sizeof name, "s-%016" PRIx64, (uint64_t)ntfs_now_ns());
                 if ((r = ntfs_session_create(D.st, name, fork_at, NULL)) < 0)
                         return ntfs_http_error(resp, r, "cannot create session: %s", ntfs_strerror(r));
-                (void)ntfs_journal_session_create(D.j, name, (int64_t)req->peer.uid, NULL);
+                d_journal_session_created(name, (int64_t)req->peer.uid);
         }
         if (req->conn_data) {
                 free(*req->conn_data);
@@ -118,7 +118,7 @@ static int h_seed_end(void *ud, const ntfs_http_request *req, ntfs_http_response
         _cleanup_free_ char *s = req_session(req);
         if (!s)
                 return ntfs_http_error(resp, -NTFS_ENOSESSION, "no session: call /session/start first");
-        (void)ntfs_journal_session_end(D.j, s);
+        d_journal_session_ended(s);
         current_clear(s);
         if (req->conn_data && *req->conn_data && strcmp(*req->conn_data, s) == 0) {
                 free(*req->conn_data);

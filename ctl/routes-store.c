@@ -61,9 +61,7 @@ static int h_session_new(void *ud, const ntfs_http_request *req, ntfs_http_respo
         r = ntfs_session_create(D.st, name, from, &h);
         if (r < 0)
                 return ntfs_http_error(resp, r, "cannot create session '%s': %s", name, ntfs_strerror(r));
-        int jr = ntfs_journal_session_create(D.j, name, (int64_t)req->peer.uid, NULL);
-        if (jr < 0 && jr != -EEXIST && jr != -NTFS_ESESSEXISTS)
-                log_warn("journal: session %s: %s", name, ntfs_strerror(jr));
+        d_journal_session_created(name, (int64_t)req->peer.uid);
         log_info("session %s created by uid %u", name, (unsigned)req->peer.uid);
         json_t *o = d_commit_json(&h, "head");
         json_object_set_new(o, "name", json_string(name));
@@ -177,7 +175,7 @@ static int h_session_end(void *ud, const ntfs_http_request *req, ntfs_http_respo
         d_session_end_done(name);
         if (r < 0)
                 return ntfs_http_error(resp, r, "cannot end session '%s': %s", name, ntfs_strerror(r));
-        (void)ntfs_journal_session_end(D.j, name);
+        d_journal_session_ended(name);
         return d_reply(resp, 200, json_pack("{s:s, s:b}", "name", name, "ended", 1));
 }
 
@@ -221,7 +219,7 @@ static int h_fork(void *ud, const ntfs_http_request *req, ntfs_http_response *re
                 d_release_session_mounts(src);
         if (r < 0)
                 return ntfs_http_error(resp, r, "cannot fork '%s': %s", src, ntfs_strerror(r));
-        (void)ntfs_journal_session_create(D.j, newname, (int64_t)req->peer.uid, NULL);
+        d_journal_session_created(newname, (int64_t)req->peer.uid);
         json_t *o = d_commit_json(&h, "head");
         json_object_set_new(o, "name", json_string(newname));
         return d_reply(resp, 201, o);
