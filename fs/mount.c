@@ -1218,7 +1218,7 @@ int ntfs_mount_hold_writes(ntfs_mount *m) {
                 }
                 if (q.n == 0 || now - start >= MOUNT_WSEQ_MAX_NS || !ntfs_mount_alive(m) || !m->have_dev)
                         return r;
-                struct helper_reply a;
+                struct helper_reply a = { 0 };
                 bool late = false;
                 mount_wseq_set_kept(m->wseq, true);
                 int pr = helper_call(&q, m->mountpoint, &a, MOUNT_PROBE_WAIT_MS, wseq_unlock_cb, m->wseq, &late);
