@@ -218,7 +218,7 @@ static int h_fork(void *ud, const ntfs_http_request *req, ntfs_http_response *re
         if (!at)
                 d_release_session_mounts(src);
         if (r < 0)
-                return ntfs_http_error(resp, r, "cannot fork '%s': %s", src, ntfs_strerror(r));
+                return ntfs_http_error(resp, r, "cannot fork '%s' as '%s': %s", src, newname, ntfs_strerror(r));
         d_journal_session_created(newname, (int64_t)req->peer.uid);
         json_t *o = d_commit_json(&h, "head");
         json_object_set_new(o, "name", json_string(newname));

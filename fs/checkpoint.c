@@ -697,7 +697,7 @@ int name_free(ntfs_store *st, const char *name) {
         if (db_get(st, st->sess, name, strlen(name), &v) == 0)
                 return -NTFS_ESESSEXISTS;
         if (db_get(st, st->tags, name, strlen(name), &v) == 0)
-                return -NTFS_ESESSEXISTS;
+                return -NTFS_ETAGEXISTS; /* sessions and tags share one namespace of refs */
         return 0;
 }
 

@@ -518,6 +518,7 @@ BAD_REQUESTS = [
     ("POST", "/v1/sessions/main/checkpoint", b'{"message":7}', 400, "bad_request"),
     ("POST", "/v1/sessions/main/fork", b'{"name":"f","at":"deadbeef"}', 404, "ref_not_found"),
     ("POST", "/v1/sessions/main/fork", b'{"name":"main"}', 409, "session_exists"),
+    ("POST", "/v1/sessions/main/fork", b'{"name":"t0"}', 409, "tag_exists"),
     ("POST", "/v1/sessions/main/fork", b'{"name":"a/b"}', 400, "invalid_name"),
     ("POST", "/v1/sessions/main/tags", b'{"tag":"t0"}', 409, "tag_exists"),
     ("POST", "/v1/sessions/main/tags", b'{"tag":"t1","scope":"world"}', 400, "bad_request"),
