@@ -151,7 +151,7 @@ static void map_line(const char *pid, const char *l, const char *end, dev_t dev,
 }
 
 static void scan_pid(const char *pid, dev_t dev, struct seen *seen, int *count) {
-        char path[64];
+        char path[64] = "";
         char *w = put_str(path, path + sizeof path - 1, "/proc/");
         w = put_str(w, path + sizeof path - 1, pid);
         w = put_str(w, path + sizeof path - 1, "/maps");

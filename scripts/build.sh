@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Configures and builds the normal tree (build/) and, with --asan, the
-# ASan+UBSan tree (build-asan/). Reconfigures when meson files changed.
+# ASan+UBSan tree (build-asan/); --release-only and --debug-only build
+# build-release/ or build-debug/ alone (compiled only, to keep every build
+# type warning-free). Reconfigures when meson files changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +21,12 @@ if [ "${1:-}" = "--release-only" ]; then
   # compiled only, never tested or installed from: -O3's own warnings
   # (maybe-uninitialized) are errors as in every build type
   setup build-release -Dbuildtype=release
+  exit 0
+fi
+if [ "${1:-}" = "--debug-only" ]; then
+  # compiled only: -O0 warns differently again (maybe-uninitialized on a
+  # buffer passed before it is written)
+  setup build-debug -Dbuildtype=debug
   exit 0
 fi
 setup build

@@ -12,6 +12,8 @@ scripts/build.sh --asan
 
 echo "== release build (-O3, warnings are errors there too)"
 scripts/build.sh --release-only
+echo "== debug build (-O0, the same)"
+scripts/build.sh --debug-only
 
 echo "== unit tests (normal build)"
 meson test -C build --print-errorlogs --suite unit
