@@ -255,6 +255,44 @@ struct inval_entry {
         size_t len;
 };
 
+/* The start of an invalidation run. A FUSE worker never notifies (the
+ * kernel may wait on the very request it serves): it asks the invalidation
+ * thread for a whole invalidation instead, as does a run on a stopping
+ * mount, and false is returned. Else the run is counted (cb_running),
+ * runs are serialized (inval_lock), and m->lock is held on return. */
+static bool inval_run_begin(ntfs_mount *m) {
+        if (tls_fuse_worker) {
+                pthread_mutex_lock(&m->lock);
+                m->inval_requested = true;
+                pthread_cond_broadcast(&m->cond);
+                pthread_mutex_unlock(&m->lock);
+                return false;
+        }
+        pthread_mutex_lock(&m->lock);
+        if (m->stopping || m->loop_ended) {
+                pthread_mutex_unlock(&m->lock);
+                return false;
+        }
+        m->cb_running++;
+        pthread_mutex_unlock(&m->lock);
+        pthread_mutex_lock(&m->inval_lock);
+        pthread_mutex_lock(&m->lock);
+        return true;
+}
+
+/* The end of a run begun by inval_run_begin, inval_lock released: done
+ * counts it, else a whole invalidation is asked of the invalidation thread. */
+static void inval_run_end(ntfs_mount *m, bool done) {
+        pthread_mutex_lock(&m->lock);
+        m->cb_running--;
+        if (done)
+                m->invalidations++;
+        else
+                m->inval_requested = true;
+        pthread_cond_broadcast(&m->cond);
+        pthread_mutex_unlock(&m->lock);
+}
+
 void ntfs_mount_invalidate_all(ntfs_mount *m) {
         if (!m)
                 return;
@@ -262,22 +300,8 @@ void ntfs_mount_invalidate_all(ntfs_mount *m) {
         _cleanup_free_ uint64_t *inos = NULL;
         size_t ne = 0, ni = 0;
 
-        if (tls_fuse_worker) {
-                pthread_mutex_lock(&m->lock);
-                m->inval_requested = true;
-                pthread_cond_broadcast(&m->cond);
-                pthread_mutex_unlock(&m->lock);
+        if (!inval_run_begin(m))
                 return;
-        }
-        pthread_mutex_lock(&m->lock);
-        if (m->stopping || m->loop_ended) {
-                pthread_mutex_unlock(&m->lock);
-                return;
-        }
-        m->cb_running++;
-        pthread_mutex_unlock(&m->lock);
-        pthread_mutex_lock(&m->inval_lock);
-        pthread_mutex_lock(&m->lock);
         ents = calloc(m->nentries ? m->nentries : 1, sizeof(*ents));
         inos = calloc(m->ninodes + 1, sizeof(*inos));
         if (ents && inos) {
@@ -320,11 +344,7 @@ void ntfs_mount_invalidate_all(ntfs_mount *m) {
         }
 
         pthread_mutex_unlock(&m->inval_lock);
-        pthread_mutex_lock(&m->lock);
-        m->cb_running--;
-        m->invalidations++;
-        pthread_cond_broadcast(&m->cond);
-        pthread_mutex_unlock(&m->lock);
+        inval_run_end(m, true);
 }
 
 /* What the kernel is told after a rollback in place, in the order of the
@@ -417,22 +437,8 @@ static void send_note(ntfs_mount *m, const struct note *t) {
  * holds stay valid, so its dentries of kept paths stay too: a process
  * sitting in a kept directory keeps its cwd. */
 static void mount_apply_changes(ntfs_mount *m, const struct ntfs_ws_change *ch, size_t n) {
-        if (tls_fuse_worker) { /* never notify from a worker: all, by inval_main */
-                pthread_mutex_lock(&m->lock);
-                m->inval_requested = true;
-                pthread_cond_broadcast(&m->cond);
-                pthread_mutex_unlock(&m->lock);
+        if (!inval_run_begin(m)) /* never from a worker: all, by inval_main */
                 return;
-        }
-        pthread_mutex_lock(&m->lock);
-        if (m->stopping || m->loop_ended) {
-                pthread_mutex_unlock(&m->lock);
-                return;
-        }
-        m->cb_running++;
-        pthread_mutex_unlock(&m->lock);
-        pthread_mutex_lock(&m->inval_lock);
-        pthread_mutex_lock(&m->lock);
         ssize_t nn = -ENOMEM;
         size_t cap = 2 * n + m->nneg + 1; /* a removal: a delete and a forget */
         struct note *notes = calloc(cap, sizeof *notes);
@@ -447,11 +453,7 @@ static void mount_apply_changes(ntfs_mount *m, const struct ntfs_ws_change *ch, 
                 free(notes);
                 free(dirs);
                 pthread_mutex_unlock(&m->inval_lock);
-                pthread_mutex_lock(&m->lock);
-                m->cb_running--;
-                m->inval_requested = true;
-                pthread_cond_broadcast(&m->cond);
-                pthread_mutex_unlock(&m->lock);
+                inval_run_end(m, false);
                 return;
         }
         for (ssize_t i = 0; i < nn; i++)
@@ -464,11 +466,7 @@ static void mount_apply_changes(ntfs_mount *m, const struct ntfs_ws_change *ch, 
         }
         free(notes);
         free(dirs);
-        pthread_mutex_lock(&m->lock);
-        m->cb_running--;
-        m->invalidations++;
-        pthread_cond_broadcast(&m->cond);
-        pthread_mutex_unlock(&m->lock);
+        inval_run_end(m, true);
 }
 
 static void ws_invalidated(ntfs_ws *ws, const struct ntfs_ws_change *ch, size_t n, void *ud) {
